@@ -1,0 +1,164 @@
+//! Throughput of `EmbeddingWithPosition` beside its baselines, in one run per device and shape:
+//!
+//! - `ours_sinusoidal`, `ours_learned`: this crate's forward (id check included);
+//! - `id_check`: the id check alone (`check_token_ids`), to say what it costs;
+//! - `burn`: burn's own `Embedding` followed by `PositionalEncoding`;
+//! - `copy_floor`: one read and one write of a tensor of the output's size (`neg`), the
+//!   floor for any memory-bound op that produces that output.
+//!
+//! Forward plus backward (autodiff device, learned table) runs `ours_learned` beside `burn`.
+//! Every timed closure ends with `device.sync()`, so queued GPU work is inside the timing.
+//! Throughput is the output's size in bytes.
+//!
+//! ```text
+//! cargo bench --bench embedding                     # every device
+//! BENCH_DEVICES=flex,ndarray cargo bench --bench embedding
+//! ```
+
+use burn::nn::{EmbeddingConfig, PositionalEncodingConfig};
+use burn::prelude::*;
+use burn_positional::device::{DeviceChoice, open};
+use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig, check_token_ids};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use std::time::Duration;
+
+/// `[batch, seq, d_model, vocab]`.
+const SHAPES: [[usize; 4]; 3] = [
+    [1, 128, 256, 1000],
+    [8, 512, 512, 32000],
+    [32, 1024, 768, 32000],
+];
+
+fn token_ids(batch: usize, seq: usize, vocab: usize, device: &Device) -> Tensor<2, Int> {
+    // A fixed pseudo-random sequence (64-bit LCG), the same on every device.
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let ids: Vec<i64> = (0..batch * seq)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) % vocab as u64) as i64
+        })
+        .collect();
+    Tensor::from_data(TensorData::new(ids, [batch, seq]), device)
+}
+
+fn devices() -> Vec<(DeviceChoice, Device)> {
+    let names = std::env::var("BENCH_DEVICES").unwrap_or_else(|_| "flex,ndarray,wgpu".into());
+    names
+        .split(',')
+        .map(|name| {
+            let choice: DeviceChoice = name.trim().parse().unwrap();
+            let opened = open(choice).unwrap_or_else(|reason| panic!("{reason}"));
+            eprintln!("bench device: {}", opened.description);
+            (choice, opened.device)
+        })
+        .collect()
+}
+
+fn label([batch, seq, d_model, vocab]: [usize; 4]) -> String {
+    format!("b{batch}_s{seq}_d{d_model}_v{vocab}")
+}
+
+fn forward(c: &mut Criterion) {
+    for (name, device) in devices() {
+        for shape in SHAPES {
+            let [batch, seq, d_model, vocab] = shape;
+            let mut group = c.benchmark_group(format!("forward/{name}"));
+            group.throughput(Throughput::Bytes((batch * seq * d_model * 4) as u64));
+            group
+                .sample_size(10)
+                .warm_up_time(Duration::from_secs(1))
+                .measurement_time(Duration::from_secs(3));
+            let ids = token_ids(batch, seq, vocab, &device);
+            let id = |f: &str| BenchmarkId::new(f, label(shape));
+
+            let sinusoidal = EmbeddingWithPositionConfig::new(vocab, d_model).init(&device);
+            group.bench_function(id("ours_sinusoidal"), |b| {
+                b.iter(|| {
+                    let out = sinusoidal.forward(ids.clone());
+                    device.sync().unwrap();
+                    out
+                })
+            });
+            let learned = EmbeddingWithPositionConfig::new(vocab, d_model)
+                .with_scheme(LearnedConfig::new(seq).into())
+                .init(&device);
+            group.bench_function(id("ours_learned"), |b| {
+                b.iter(|| {
+                    let out = learned.forward(ids.clone());
+                    device.sync().unwrap();
+                    out
+                })
+            });
+            group.bench_function(id("id_check"), |b| {
+                b.iter(|| {
+                    check_token_ids(&ids, vocab).unwrap();
+                    device.sync().unwrap();
+                })
+            });
+            let embedding = EmbeddingConfig::new(vocab, d_model).init(&device);
+            let positional = PositionalEncodingConfig::new(d_model).init(&device);
+            group.bench_function(id("burn"), |b| {
+                b.iter(|| {
+                    let out = positional.forward(embedding.forward(ids.clone()));
+                    device.sync().unwrap();
+                    out
+                })
+            });
+            let output_sized = Tensor::<3>::ones([batch, seq, d_model], &device);
+            group.bench_function(id("copy_floor"), |b| {
+                b.iter(|| {
+                    let out = output_sized.clone().neg();
+                    device.sync().unwrap();
+                    out
+                })
+            });
+            group.finish();
+        }
+    }
+}
+
+fn forward_backward(c: &mut Criterion) {
+    for (name, device) in devices() {
+        let device = device.autodiff();
+        for shape in SHAPES {
+            let [batch, seq, d_model, vocab] = shape;
+            let mut group = c.benchmark_group(format!("forward_backward/{name}"));
+            group.throughput(Throughput::Bytes((batch * seq * d_model * 4) as u64));
+            group
+                .sample_size(10)
+                .warm_up_time(Duration::from_secs(1))
+                .measurement_time(Duration::from_secs(3));
+            let ids = token_ids(batch, seq, vocab, &device);
+            let id = |f: &str| BenchmarkId::new(f, label(shape));
+
+            let learned = EmbeddingWithPositionConfig::new(vocab, d_model)
+                .with_scheme(LearnedConfig::new(seq).into())
+                .init(&device);
+            group.bench_function(id("ours_learned"), |b| {
+                b.iter(|| {
+                    let grads = learned.forward(ids.clone()).sum().backward();
+                    device.sync().unwrap();
+                    grads
+                })
+            });
+            let embedding = EmbeddingConfig::new(vocab, d_model).init(&device);
+            let positional = PositionalEncodingConfig::new(d_model).init(&device);
+            group.bench_function(id("burn"), |b| {
+                b.iter(|| {
+                    let grads = positional
+                        .forward(embedding.forward(ids.clone()))
+                        .sum()
+                        .backward();
+                    device.sync().unwrap();
+                    grads
+                })
+            });
+            group.finish();
+        }
+    }
+}
+
+criterion_group!(benches, forward, forward_backward);
+criterion_main!(benches);

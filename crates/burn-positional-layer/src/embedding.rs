@@ -1,0 +1,430 @@
+//! [`EmbeddingWithPosition`]: token ids in, position-aware vectors out.
+
+use burn::config::Config;
+use burn::module::{Module, Param};
+use burn::nn::{Dropout, DropoutConfig, Initializer};
+use burn::tensor::module::embedding;
+use burn::tensor::{Device, Int, Tensor};
+
+use crate::{AbsolutePosition, PositionError, PositionSchemeConfig, Positions, SinusoidalConfig};
+
+/// How token vectors and position vectors are combined (seed 001's question).
+#[derive(Config, Debug, PartialEq)]
+pub enum Combine {
+    /// `token + position`, both `d_model` wide (Vaswani et al. 2017). Leaves the split of the
+    /// `d_model` dimensions between meaning and position to training.
+    Add,
+    /// `[token ‖ position]`: a `d_token`-wide token vector followed by a `d_position`-wide
+    /// position vector, with `d_token + d_position = d_model`. Fixes the split in advance.
+    Concat {
+        /// Width of the token part.
+        d_token: usize,
+        /// Width of the position part.
+        d_position: usize,
+    },
+}
+
+/// Configuration of [`EmbeddingWithPosition`].
+#[derive(Config, Debug, PartialEq)]
+pub struct EmbeddingWithPositionConfig {
+    /// Rows in the token table; token ids must lie in `0..vocab_size`.
+    pub vocab_size: usize,
+    /// Width of each output vector.
+    pub d_model: usize,
+    /// The absolute position scheme. Sinusoidal with base 10 000 by default, as in the paper.
+    #[config(default = "PositionSchemeConfig::Sinusoidal(SinusoidalConfig::new())")]
+    pub scheme: PositionSchemeConfig,
+    /// Add (default) or concatenate.
+    #[config(default = "Combine::Add")]
+    pub combine: Combine,
+    /// Multiply token vectors by `sqrt(d_model)` before combining (Vaswani et al. 2017,
+    /// section 3.4). Off by default.
+    #[config(default = false)]
+    pub scale_tokens: bool,
+    /// A token id whose vector is zero and receives no gradient (PyTorch's `padding_idx`).
+    /// Its position vector is still added. None by default.
+    #[config(default = "None")]
+    pub padding_idx: Option<usize>,
+    /// Dropout probability on the output, active only on autodiff devices. 0 by default.
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    /// Initializer of the token table: `N(0, 1)` by default, as burn's `Embedding`.
+    #[config(default = "Initializer::Normal { mean: 0.0, std: 1.0 }")]
+    pub token_initializer: Initializer,
+}
+
+/// Token embedding and absolute position in one module.
+///
+/// Drop-in for burn's `Embedding` followed by `PositionalEncoding`, with no length limit for
+/// sinusoidal positions, learned tables, concatenation, offsets and explicit positions, and
+/// token ids checked on every backend (an unchecked gather on wgpu returns stray data).
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional_layer::{EmbeddingWithPositionConfig, LearnedConfig};
+///
+/// let device = Device::flex();
+/// let embed = EmbeddingWithPositionConfig::new(1000, 64)
+///     .with_scheme(LearnedConfig::new(128).into())
+///     .init(&device);
+/// let ids = Tensor::<2, Int>::from_data([[1, 2, 3], [4, 5, 6]], &device);
+/// assert_eq!(embed.forward(ids).dims(), [2, 3, 64]);
+/// ```
+#[derive(Module, Debug)]
+pub struct EmbeddingWithPosition {
+    /// `[vocab_size, d_token]`, trained and saved.
+    pub tokens: Param<Tensor<2>>,
+    /// The position scheme.
+    pub position: AbsolutePosition,
+    /// Output dropout.
+    pub dropout: Dropout,
+    /// Multiplier of the token vectors (1 or `sqrt(d_model)`).
+    pub token_scale: f64,
+    /// The padding token id, if any.
+    pub padding_idx: Option<usize>,
+    /// How the two parts combine.
+    #[module(skip)]
+    pub combine: Combine,
+}
+
+impl EmbeddingWithPositionConfig {
+    /// The widths of the token part and the position part.
+    fn widths(&self) -> (usize, usize) {
+        match self.combine {
+            Combine::Add => (self.d_model, self.d_model),
+            Combine::Concat {
+                d_token,
+                d_position,
+            } => (d_token, d_position),
+        }
+    }
+
+    /// Checks the config, naming the value, the limit and the fix.
+    pub fn validate(&self) -> Result<(), PositionError> {
+        let invalid = |field, value: String, rule, fix: &str| PositionError::InvalidConfig {
+            field,
+            value,
+            rule,
+            fix: fix.into(),
+        };
+        if self.vocab_size == 0 {
+            return Err(invalid(
+                "vocab_size",
+                "0".into(),
+                "the token table needs a row",
+                "set it to the tokenizer's vocabulary size",
+            ));
+        }
+        if self.d_model == 0 {
+            return Err(invalid(
+                "d_model",
+                "0".into(),
+                "vectors need a width",
+                "choose a positive width, such as 512",
+            ));
+        }
+        if let Combine::Concat {
+            d_token,
+            d_position,
+        } = self.combine
+        {
+            if d_token + d_position != self.d_model {
+                return Err(PositionError::ConcatSizeMismatch {
+                    d_token,
+                    d_position,
+                    sum: d_token + d_position,
+                    d_model: self.d_model,
+                    suggest_token: self.d_model.saturating_sub(d_position),
+                });
+            }
+            if d_token == 0 || d_position == 0 || self.scheme == PositionSchemeConfig::None {
+                return Err(invalid(
+                    "combine",
+                    format!("Concat {{ d_token: {d_token}, d_position: {d_position} }}"),
+                    "concatenation needs a token part, a position part and a position scheme",
+                    "give both parts a positive width and choose a scheme, or use Combine::Add",
+                ));
+            }
+        }
+        if let Some(idx) = self.padding_idx {
+            if idx >= self.vocab_size {
+                return Err(invalid(
+                    "padding_idx",
+                    idx.to_string(),
+                    "the padding id must be a row of the token table",
+                    &format!("use an id below vocab_size = {}", self.vocab_size),
+                ));
+            }
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(invalid(
+                "dropout",
+                self.dropout.to_string(),
+                "a dropout probability lies in [0, 1)",
+                "use a value such as 0.1",
+            ));
+        }
+        let (_, d_position) = self.widths();
+        let what = match self.combine {
+            Combine::Add => "d_model",
+            Combine::Concat { .. } => "d_position",
+        };
+        self.scheme.validate(d_position).map_err(|err| match err {
+            PositionError::OddDimension { value, .. } => PositionError::odd(what, value),
+            other => other,
+        })
+    }
+
+    /// Builds the module, or says why the config cannot be built.
+    pub fn try_init(&self, device: &Device) -> Result<EmbeddingWithPosition, PositionError> {
+        self.validate()?;
+        let (d_token, d_position) = self.widths();
+        let mut tokens = self
+            .token_initializer
+            .init([self.vocab_size, d_token], device);
+        if let Some(idx) = self.padding_idx {
+            // The padding row starts at zero; the output mask keeps its gradient at zero.
+            let zero_row = Tensor::zeros([1, d_token], device);
+            let table = tokens
+                .val()
+                .slice_assign([idx..idx + 1, 0..d_token], zero_row)
+                .detach();
+            tokens = Param::from_tensor(table);
+        }
+        Ok(EmbeddingWithPosition {
+            tokens,
+            position: self.scheme.init(d_position, device),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            token_scale: if self.scale_tokens {
+                (self.d_model as f64).sqrt()
+            } else {
+                1.0
+            },
+            padding_idx: self.padding_idx,
+            combine: self.combine.clone(),
+        })
+    }
+
+    /// Builds the module.
+    ///
+    /// # Panics
+    ///
+    /// With the message of [`validate`](Self::validate) if the config is invalid: odd width for
+    /// sinusoidal positions, concatenation sizes that do not add up to `d_model`, `padding_idx`
+    /// outside the vocabulary, zero sizes, dropout outside `[0, 1)`.
+    pub fn init(&self, device: &Device) -> EmbeddingWithPosition {
+        self.try_init(device).unwrap_or_else(|err| panic!("{err}"))
+    }
+}
+
+impl EmbeddingWithPosition {
+    /// Embeds token ids at positions `0..seq`.
+    ///
+    /// # Shapes
+    ///
+    /// - ids: `[batch, seq]`
+    /// - output: `[batch, seq, d_model]`
+    ///
+    /// # Panics
+    ///
+    /// With the message of [`try_forward`](Self::try_forward) if an id is outside the
+    /// vocabulary or a position outside a learned table.
+    pub fn forward(&self, ids: Tensor<2, Int>) -> Tensor<3> {
+        self.forward_at(ids, Positions::Offset(0))
+    }
+
+    /// Embeds token ids at the given positions (an offset, or explicit position ids).
+    ///
+    /// # Shapes
+    ///
+    /// - ids: `[batch, seq]`
+    /// - `Positions::Explicit`: `[batch, seq]`
+    /// - output: `[batch, seq, d_model]`
+    ///
+    /// # Panics
+    ///
+    /// With the message of [`try_forward`](Self::try_forward) on bad input.
+    pub fn forward_at(&self, ids: Tensor<2, Int>, positions: Positions) -> Tensor<3> {
+        self.try_forward(ids, positions)
+            .unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    /// Embeds token ids at the given positions, or says why the input was refused: an id
+    /// outside `0..vocab_size`, a negative position, a position past a learned table, or
+    /// explicit positions whose shape differs from the ids'.
+    ///
+    /// The check reads the ids' minimum and maximum back from the device once per call.
+    ///
+    /// # Shapes
+    ///
+    /// - ids: `[batch, seq]`
+    /// - `Positions::Explicit`: `[batch, seq]`
+    /// - output: `[batch, seq, d_model]`
+    pub fn try_forward(
+        &self,
+        ids: Tensor<2, Int>,
+        positions: Positions,
+    ) -> Result<Tensor<3>, PositionError> {
+        let [batch, seq] = ids.dims();
+        let explicit = match &positions {
+            Positions::Explicit(p) if p.dims() != [batch, seq] => {
+                return Err(PositionError::ShapeMismatch {
+                    what: "explicit position ids must have the token ids' shape [batch, seq]",
+                    expected: vec![batch, seq],
+                    got: p.dims().to_vec(),
+                    fix: "give one position per token",
+                });
+            }
+            Positions::Explicit(p) => Some(p),
+            Positions::Offset(_) => None,
+        };
+        if batch * seq == 0 {
+            return Ok(Tensor::zeros([batch, seq, self.d_model()], &ids.device()));
+        }
+        let ranges = value_ranges(
+            &[Some(&ids), explicit]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+        );
+        check_ids_in(&ids, ranges[0], self.vocab_size())?;
+
+        let tokens = self.token_vectors(ids);
+        let position = match positions {
+            Positions::Offset(offset) => {
+                if seq > 0 {
+                    self.position.check((offset + seq - 1) as i64)?;
+                }
+                self.position
+                    .rows(offset, seq)
+                    .map(|rows| rows.unsqueeze::<3>())
+            }
+            Positions::Explicit(p) => {
+                let (min, max) = ranges[1];
+                if min < 0 {
+                    return Err(PositionError::NegativePosition { position: min });
+                }
+                self.position.check(max)?;
+                self.position.gather(p, max.max(0) as usize)
+            }
+        };
+        Ok(self.dropout.forward(self.combine(tokens, position)))
+    }
+
+    /// Token vectors, scaled, with padding rows zeroed (and cut from the gradient).
+    fn token_vectors(&self, ids: Tensor<2, Int>) -> Tensor<3> {
+        let mut tokens = embedding(self.tokens.val(), ids.clone()); // [batch, seq, d_token]
+        if let Some(idx) = self.padding_idx {
+            // 1 for real tokens, 0 for padding: [batch, seq, 1], broadcast over d_token.
+            let keep = ids.not_equal_elem(idx as i64).float().unsqueeze_dim::<3>(2);
+            tokens = tokens * keep.mul_scalar(self.token_scale);
+        } else if self.token_scale != 1.0 {
+            tokens = tokens.mul_scalar(self.token_scale);
+        }
+        tokens
+    }
+
+    fn combine(&self, tokens: Tensor<3>, position: Option<Tensor<3>>) -> Tensor<3> {
+        let Some(position) = position else {
+            return tokens;
+        };
+        match self.combine {
+            Combine::Add => tokens + position,
+            Combine::Concat { d_position, .. } => {
+                let [batch, seq, _] = tokens.dims();
+                let position = position.expand([batch, seq, d_position]);
+                Tensor::cat(vec![tokens, position], 2)
+            }
+        }
+    }
+
+    /// Rows in the token table.
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.shape().dims::<2>()[0]
+    }
+
+    /// Width of the output vectors.
+    pub fn d_model(&self) -> usize {
+        match self.combine {
+            Combine::Add => self.tokens.shape().dims::<2>()[1],
+            Combine::Concat {
+                d_token,
+                d_position,
+            } => d_token + d_position,
+        }
+    }
+
+    /// Loads a record saved with `save_file` (`.bpk`), or says why it does not fit: unreadable
+    /// bytes, or tensors whose shapes differ from this module's (built from another config).
+    pub fn try_load_file(self, path: impl AsRef<std::path::Path>) -> Result<Self, PositionError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let record = burn::store::ModuleRecord::load(path).map_err(|err| {
+            PositionError::RecordUnreadable {
+                path: shown.clone(),
+                detail: record_detail(err),
+            }
+        })?;
+        self.try_load_record(record)
+            .map_err(|err| PositionError::RecordMismatch {
+                path: shown,
+                detail: record_detail(err),
+            })
+    }
+}
+
+fn record_detail(err: burn::store::RecordError) -> String {
+    match err {
+        burn::store::RecordError::Io(msg) | burn::store::RecordError::Validation(msg) => msg,
+    }
+}
+
+/// `(min, max)` of each tensor, read back from the device in one transfer.
+fn value_ranges(tensors: &[&Tensor<2, Int>]) -> Vec<(i64, i64)> {
+    let stats: Vec<Tensor<1, Int>> = tensors
+        .iter()
+        .flat_map(|t| [(*t).clone().min(), (*t).clone().max()])
+        .collect();
+    let values: Vec<i64> = Tensor::cat(stats, 0).into_data().iter::<i64>().collect();
+    values.chunks(2).map(|pair| (pair[0], pair[1])).collect()
+}
+
+fn check_ids_in(
+    ids: &Tensor<2, Int>,
+    (min, max): (i64, i64),
+    vocab_size: usize,
+) -> Result<(), PositionError> {
+    if min >= 0 && max < vocab_size as i64 {
+        return Ok(());
+    }
+    // Error path only: find the first offending id to name its place.
+    let [_, seq] = ids.dims();
+    let data = ids.to_data();
+    let (index, id) = data
+        .iter::<i64>()
+        .enumerate()
+        .find(|&(_, id)| id < 0 || id >= vocab_size as i64)
+        .expect("the range check saw an id outside the vocabulary");
+    Err(PositionError::TokenIdOutOfRange {
+        id,
+        batch: index / seq,
+        position: index % seq,
+        vocab_size,
+    })
+}
+
+/// Checks that every id lies in `0..vocab_size`, with one small read-back from the device.
+///
+/// [`EmbeddingWithPosition::try_forward`] does this on every call; this function is for
+/// checking tokenizer output once, up front, and for measuring what the check costs.
+///
+/// # Shapes
+///
+/// - ids: `[batch, seq]`
+pub fn check_token_ids(ids: &Tensor<2, Int>, vocab_size: usize) -> Result<(), PositionError> {
+    let [batch, seq] = ids.dims();
+    if batch * seq == 0 {
+        return Ok(());
+    }
+    check_ids_in(ids, value_ranges(&[ids])[0], vocab_size)
+}

@@ -1,0 +1,153 @@
+//! One error type for every input that comes from outside the program: token ids from a
+//! tokenizer, position ids from a batcher, a config file, a saved record.
+//!
+//! Each message names the offending value, the limit it broke and the fix. The panicking
+//! entry points (`init`, `forward`, ...) panic with the same message, so a programming error
+//! reads the same as a data error.
+
+use thiserror::Error;
+
+/// Why a config, an input or a record was refused.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum PositionError {
+    /// A token id is negative or not below the vocabulary size.
+    #[error(
+        "token id {id} at [batch {batch}, position {position}] is out of range: the vocabulary \
+         has {vocab_size} tokens, so ids must be in 0..{vocab_size}. Fix: set `vocab_size` to the \
+         tokenizer's vocabulary size, or map unknown tokens to an <unk> id below {vocab_size}"
+    )]
+    TokenIdOutOfRange {
+        /// The offending id.
+        id: i64,
+        /// Its batch row.
+        batch: usize,
+        /// Its index along the sequence.
+        position: usize,
+        /// The number of rows in the token table.
+        vocab_size: usize,
+    },
+
+    /// A position is at or past the end of a learned position table.
+    #[error(
+        "position {position} is past the learned position table, which has max_len = {max_len} \
+         rows (positions must be in 0..{max_len}). Fix: raise `LearnedConfig::max_len` to at \
+         least {needed}, split the sequence into windows of at most {max_len} tokens, or use a \
+         scheme with no length limit (sinusoidal)"
+    )]
+    PositionPastTable {
+        /// The largest position the input asked for.
+        position: i64,
+        /// The number of rows in the learned table.
+        max_len: usize,
+        /// The `max_len` that would hold this input.
+        needed: usize,
+    },
+
+    /// An explicit position id is negative.
+    #[error(
+        "position id {position} is negative: positions count from 0. Fix: build position ids \
+         from 0 (for left-padded batches, give padding slots position 0)"
+    )]
+    NegativePosition {
+        /// The offending position id.
+        position: i64,
+    },
+
+    /// A scheme that pairs sines with cosines got an odd width.
+    #[error(
+        "{what} is {value}, but the sinusoidal scheme pairs a sine with a cosine per frequency, \
+         so it needs an even width. Fix: use {lower} or {upper}"
+    )]
+    OddDimension {
+        /// Which width (for example `d_model` or `d_position`).
+        what: &'static str,
+        /// The odd value.
+        value: usize,
+        /// The even value below.
+        lower: usize,
+        /// The even value above.
+        upper: usize,
+    },
+
+    /// The two parts of a concatenation do not add up to `d_model`.
+    #[error(
+        "concatenation sizes do not add up: d_token ({d_token}) + d_position ({d_position}) = \
+         {sum}, but d_model is {d_model}. Fix: choose d_token + d_position = {d_model}, for \
+         example d_token = {suggest_token} and d_position = {d_position}"
+    )]
+    ConcatSizeMismatch {
+        /// Width of the token part.
+        d_token: usize,
+        /// Width of the position part.
+        d_position: usize,
+        /// Their sum.
+        sum: usize,
+        /// The configured model width.
+        d_model: usize,
+        /// The token width that would fit beside `d_position`.
+        suggest_token: usize,
+    },
+
+    /// Two tensors that must have one shape do not.
+    #[error("{what}: expected shape {expected:?}, got {got:?}. Fix: {fix}")]
+    ShapeMismatch {
+        /// What was compared.
+        what: &'static str,
+        /// The shape required.
+        expected: Vec<usize>,
+        /// The shape given.
+        got: Vec<usize>,
+        /// What to change.
+        fix: &'static str,
+    },
+
+    /// A config value is outside its valid range.
+    #[error("invalid config: `{field}` = {value}, but {rule}. Fix: {fix}")]
+    InvalidConfig {
+        /// The config field.
+        field: &'static str,
+        /// Its value, printed.
+        value: String,
+        /// The rule it breaks.
+        rule: &'static str,
+        /// What to change.
+        fix: String,
+    },
+
+    /// A saved record could not be read (missing file, truncated or corrupt bytes).
+    #[error(
+        "cannot read the record {path}: {detail}. Fix: check the path, and re-save the module \
+         with `save_file` if the file is truncated or was written by another program"
+    )]
+    RecordUnreadable {
+        /// The file.
+        path: String,
+        /// What burn reported.
+        detail: String,
+    },
+
+    /// A saved record does not fit the module built from the config.
+    #[error(
+        "the record {path} does not match this module: {detail}. Fix: build the module from \
+         the config that was saved with the record (`EmbeddingWithPositionConfig::load`), then \
+         load the record into it"
+    )]
+    RecordMismatch {
+        /// The file.
+        path: String,
+        /// What burn reported (names the tensor and both shapes).
+        detail: String,
+    },
+}
+
+impl PositionError {
+    pub(crate) fn odd(what: &'static str, value: usize) -> Self {
+        Self::OddDimension {
+            what,
+            value,
+            lower: value.saturating_sub(1),
+            upper: value + 1,
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! The positional layer of a transformer for [burn](https://burn.dev): token ids in,
+//! position-aware vectors out, on any burn `Device` (wgpu, flex, ndarray, with or without
+//! autodiff).
+//!
+//! # Vocabulary
+//!
+//! One name per dimension, everywhere: `batch`, `seq` (tokens per row), `d_model` (output
+//! width), `d_token` and `d_position` (the two parts of a concatenation), `vocab_size`,
+//! `max_len` (rows of a learned table), `n_heads`, `d_head`.
+//!
+//! # Errors
+//!
+//! Programming errors panic with the values in the message (burn's convention, documented under
+//! `# Panics`). Input from outside (token ids, position ids, config files, saved records) has a
+//! `try_` twin returning [`PositionError`], whose message names the value, the limit and the fix.
+//! The panicking twins panic with that same message.
+
+mod embedding;
+mod error;
+mod learned;
+mod scheme;
+mod sinusoidal;
+
+pub use embedding::{Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, check_token_ids};
+pub use error::PositionError;
+pub use learned::{LearnedConfig, LearnedPosition};
+pub use scheme::{AbsolutePosition, NoPosition, PositionSchemeConfig, Positions};
+pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_rows};

@@ -1,0 +1,138 @@
+//! The absolute family of position schemes: what [`EmbeddingWithPosition`](crate::EmbeddingWithPosition)
+//! adds to (or concatenates with) the token vectors.
+//!
+//! | scheme | paper | table | past its range |
+//! | --- | --- | --- | --- |
+//! | [`None`](PositionSchemeConfig::None) | — | — | nothing to run out of |
+//! | [`Sinusoidal`](PositionSchemeConfig::Sinusoidal) | Vaswani et al. 2017 | computed | any position, f64-accurate |
+//! | [`Learned`](PositionSchemeConfig::Learned) | BERT, GPT | trained `[max_len, d]` | a clear error |
+//!
+//! Schemes that act on attention rather than on the embedding (rotary, score biases) live with
+//! the attention block; for them the embedding's scheme is `None`.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{Device, Int, Tensor};
+
+use crate::{LearnedConfig, LearnedPosition, PositionError, SinusoidalConfig, SinusoidalPosition};
+
+/// Which absolute position scheme an embedding uses.
+#[derive(Config, Debug, PartialEq)]
+pub enum PositionSchemeConfig {
+    /// No absolute position: the output is the token vectors alone. The choice for models
+    /// whose positions live in attention (rotary, ALiBi, T5 biases), and for showing what
+    /// attention does without positions.
+    None,
+    /// Fixed sines and cosines (Vaswani et al. 2017).
+    Sinusoidal(SinusoidalConfig),
+    /// A trained table (BERT, GPT).
+    Learned(LearnedConfig),
+}
+
+impl From<SinusoidalConfig> for PositionSchemeConfig {
+    fn from(config: SinusoidalConfig) -> Self {
+        Self::Sinusoidal(config)
+    }
+}
+
+impl From<LearnedConfig> for PositionSchemeConfig {
+    fn from(config: LearnedConfig) -> Self {
+        Self::Learned(config)
+    }
+}
+
+impl PositionSchemeConfig {
+    /// Checks the scheme for a position part `d_position` wide.
+    pub fn validate(&self, d_position: usize) -> Result<(), PositionError> {
+        match self {
+            Self::None => Ok(()),
+            Self::Sinusoidal(config) => config.validate(d_position),
+            Self::Learned(config) => config.validate(),
+        }
+    }
+
+    /// Builds the scheme with `d_position` columns.
+    ///
+    /// # Panics
+    ///
+    /// If [`validate`](Self::validate) fails.
+    pub fn init(&self, d_position: usize, device: &Device) -> AbsolutePosition {
+        match self {
+            Self::None => AbsolutePosition::None(NoPosition {}),
+            Self::Sinusoidal(config) => {
+                AbsolutePosition::Sinusoidal(config.init(d_position, device))
+            }
+            Self::Learned(config) => AbsolutePosition::Learned(config.init(d_position, device)),
+        }
+    }
+}
+
+/// The `None` scheme: no vectors, no parameters.
+#[derive(Module, Debug, Default)]
+pub struct NoPosition {}
+
+/// An initialized absolute scheme, one signature for all of them: rows by offset, or rows at
+/// explicit positions.
+#[derive(Module, Debug)]
+pub enum AbsolutePosition {
+    /// No position vectors.
+    None(NoPosition),
+    /// See [`SinusoidalPosition`].
+    Sinusoidal(SinusoidalPosition),
+    /// See [`LearnedPosition`].
+    Learned(LearnedPosition),
+}
+
+impl AbsolutePosition {
+    /// Refuses positions the scheme has no vector for. `max_position` is the largest one asked.
+    pub fn check(&self, max_position: i64) -> Result<(), PositionError> {
+        match self {
+            Self::Learned(table) => table.check(max_position),
+            Self::None(_) | Self::Sinusoidal(_) => Ok(()),
+        }
+    }
+
+    /// Position vectors for `offset..offset + seq`, or `None` for the `None` scheme.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[seq, d_position]`
+    pub fn rows(&self, offset: usize, seq: usize) -> Option<Tensor<2>> {
+        match self {
+            Self::None(_) => None,
+            Self::Sinusoidal(table) => Some(table.rows(offset, seq)),
+            Self::Learned(table) => Some(table.rows(offset, seq)),
+        }
+    }
+
+    /// Position vectors at explicit positions (already checked), or `None` for `None`.
+    ///
+    /// # Shapes
+    ///
+    /// - positions: `[batch, seq]`
+    /// - output: `[batch, seq, d_position]`
+    pub fn gather(&self, positions: Tensor<2, Int>, max_position: usize) -> Option<Tensor<3>> {
+        match self {
+            Self::None(_) => None,
+            Self::Sinusoidal(table) => Some(table.gather(positions, max_position)),
+            Self::Learned(table) => Some(table.gather(positions)),
+        }
+    }
+}
+
+/// Where each token sits.
+#[derive(Debug, Clone)]
+pub enum Positions {
+    /// Positions `offset..offset + seq` for every row of the batch. `Offset(0)` is the default;
+    /// `Offset(k)` serves incremental decoding: the forward at offset `k` equals rows `k..` of
+    /// the forward of the whole sequence.
+    Offset(usize),
+    /// One position per token, `[batch, seq]`, for example for left-padded batches.
+    Explicit(Tensor<2, Int>),
+}
+
+impl Default for Positions {
+    fn default() -> Self {
+        Self::Offset(0)
+    }
+}

@@ -1,0 +1,171 @@
+//! Sinusoidal positions, from [Attention Is All You Need](https://arxiv.org/abs/1706.03762)
+//! (Vaswani et al. 2017, section 3.5):
+//!
+//! ```text
+//! PE(p, 2i)   = sin(p / base^(2i / d))
+//! PE(p, 2i+1) = cos(p / base^(2i / d))
+//! ```
+//!
+//! Columns are interleaved (sine in even columns, cosine in odd ones), as in the paper and in
+//! burn's `PositionalEncoding`. Values are computed in f64 on the host and rounded once to f32,
+//! so they stay accurate far out: at position 100 000 an f32 evaluation of `p * w` would already
+//! be off by about 0.004 radians, this one by less than 1e-7.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::module::embedding;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::PositionError;
+
+/// Configuration of the sinusoidal scheme. Its width comes from the embedding it belongs to.
+#[derive(Config, Debug, PartialEq)]
+pub struct SinusoidalConfig {
+    /// The `base` of the wavelengths (the paper's 10 000): wavelengths run from `2π` to
+    /// `2π · base`.
+    #[config(default = "10_000.0")]
+    pub base: f64,
+    /// Rows precomputed at `init` and kept on the device. Not a limit: positions past it are
+    /// computed on the host per call (in f64, as the table is), at `O(seq · d)` host work.
+    #[config(default = "4096")]
+    pub cache_len: usize,
+}
+
+/// The sinusoidal table of one width, with a precomputed cache of its first `cache_len` rows.
+///
+/// Built by [`SinusoidalConfig::init`]; a constant (not trained, not saved).
+#[derive(Module, Debug)]
+pub struct SinusoidalPosition {
+    /// `[cache_len, d_position]`: the first rows of the table.
+    pub cache: Tensor<2>,
+    /// The width of one position vector.
+    pub d_position: usize,
+    /// The wavelength base.
+    pub base: f64,
+}
+
+impl SinusoidalConfig {
+    /// Checks the config for a table of width `d_position`.
+    pub fn validate(&self, d_position: usize) -> Result<(), PositionError> {
+        if d_position % 2 == 1 {
+            return Err(PositionError::odd("the sinusoidal width", d_position));
+        }
+        if !(self.base > 1.0 && self.base.is_finite()) {
+            return Err(PositionError::InvalidConfig {
+                field: "SinusoidalConfig::base",
+                value: self.base.to_string(),
+                rule: "the base must be a finite number above 1",
+                fix: "use the paper's 10000, or another base above 1".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Builds the table and its device cache.
+    ///
+    /// # Panics
+    ///
+    /// If [`validate`](Self::validate) fails: `d_position` is odd, or `base` is not above 1.
+    pub fn init(&self, d_position: usize, device: &Device) -> SinusoidalPosition {
+        if let Err(err) = self.validate(d_position) {
+            panic!("{err}");
+        }
+        let rows = sinusoid_rows(0..self.cache_len as u64, d_position, self.base);
+        SinusoidalPosition {
+            cache: Tensor::from_data(TensorData::new(rows, [self.cache_len, d_position]), device),
+            d_position,
+            base: self.base,
+        }
+    }
+}
+
+/// Rows of the sinusoidal table for the given positions, row-major `[positions, d]`, evaluated
+/// in f64 and rounded once to f32.
+pub fn sinusoid_rows(positions: impl IntoIterator<Item = u64>, d: usize, base: f64) -> Vec<f32> {
+    // w_i = base^(-2i/d), computed once per column pair.
+    let frequencies: Vec<f64> = (0..d / 2)
+        .map(|i| base.powf(-((2 * i) as f64) / d as f64))
+        .collect();
+    let mut out = Vec::new();
+    for p in positions {
+        for &w in &frequencies {
+            let (sin, cos) = (p as f64 * w).sin_cos();
+            out.push(sin as f32);
+            out.push(cos as f32);
+        }
+    }
+    out
+}
+
+impl SinusoidalPosition {
+    /// Rows `offset..offset + seq` of the table.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[seq, d_position]`
+    pub fn rows(&self, offset: usize, seq: usize) -> Tensor<2> {
+        let [cache_len, d_position] = self.cache.dims();
+        if offset + seq <= cache_len {
+            return self
+                .cache
+                .clone()
+                .slice([offset..offset + seq, 0..d_position]);
+        }
+        let rows = sinusoid_rows(offset as u64..(offset + seq) as u64, d_position, self.base);
+        Tensor::from_data(
+            TensorData::new(rows, [seq, d_position]),
+            &self.cache.device(),
+        )
+    }
+
+    /// The table at explicit positions, already checked to lie in `0..=max_position`.
+    ///
+    /// # Shapes
+    ///
+    /// - positions: `[batch, seq]`
+    /// - output: `[batch, seq, d_position]`
+    pub fn gather(&self, positions: Tensor<2, Int>, max_position: usize) -> Tensor<3> {
+        let [cache_len, d_position] = self.cache.dims();
+        if max_position < cache_len {
+            return embedding(self.cache.clone(), positions);
+        }
+        // Past the cache: evaluate exactly the rows asked for, on the host.
+        let [batch, seq] = positions.dims();
+        let device = positions.device();
+        let ids = positions.into_data();
+        let rows = sinusoid_rows(ids.iter::<i64>().map(|p| p as u64), d_position, self.base);
+        Tensor::from_data(TensorData::new(rows, [batch, seq, d_position]), &device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seed 000's worked example: d_model = 2, positions 0 and 1 give
+    /// `[[0.0000, 1.0000], [0.8415, 0.5403]]`.
+    #[test]
+    fn seed_000_worked_example() {
+        let rows = sinusoid_rows(0..2, 2, 10_000.0);
+        let expected = [0.0, 1.0, 0.841_470_98, 0.540_302_3];
+        for (got, want) in rows.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn odd_width_is_refused_with_the_fix() {
+        let err = SinusoidalConfig::new().validate(7).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("is 7") && msg.contains("use 6 or 8"), "{msg}");
+    }
+
+    #[test]
+    fn rows_past_the_cache_match_the_cache() {
+        let device = Device::flex();
+        let table = SinusoidalConfig::new().with_cache_len(8).init(4, &device);
+        let inside = table.rows(4, 4).into_data();
+        let outside = table.rows(4, 6).slice([0..4, 0..4]).into_data();
+        assert_eq!(inside, outside);
+    }
+}

@@ -1,0 +1,32 @@
+//! Behaviour of the positional layer, written once and run on every device: wgpu (a GPU, or
+//! Mesa's lavapipe where there is none), ndarray and flex, each with and without autodiff.
+//!
+//! No backend is ever skipped: if wgpu finds no adapter, every wgpu test fails with a message
+//! saying what to install.
+
+/// Runs each named `fn(&Device)` on all six devices, one `#[test]` per device.
+macro_rules! on_every_device {
+    ($($test:ident),* $(,)?) => {
+        mod on_wgpu { $( #[test] fn $test() { super::$test(&crate::devices::wgpu()) } )* }
+        mod on_ndarray { $( #[test] fn $test() { super::$test(&crate::devices::ndarray()) } )* }
+        mod on_flex { $( #[test] fn $test() { super::$test(&crate::devices::flex()) } )* }
+        on_every_autodiff_device!($($test),*);
+    };
+}
+
+/// Runs each named `fn(&Device)` on the three autodiff devices.
+macro_rules! on_every_autodiff_device {
+    ($($test:ident),* $(,)?) => {
+        mod on_wgpu_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::wgpu().autodiff()) } )* }
+        mod on_ndarray_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::ndarray().autodiff()) } )* }
+        mod on_flex_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::flex().autodiff()) } )* }
+    };
+}
+
+mod devices;
+
+mod bad_input;
+mod gradients;
+mod positions;
+mod records;
+mod sinusoidal;
