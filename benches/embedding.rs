@@ -20,6 +20,7 @@ use burn::prelude::*;
 use burn_positional::device::{DeviceChoice, open};
 use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig, check_token_ids};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// `[batch, seq, d_model, vocab]`.
@@ -43,17 +44,25 @@ fn token_ids(batch: usize, seq: usize, vocab: usize, device: &Device) -> Tensor<
     Tensor::from_data(TensorData::new(ids, [batch, seq]), device)
 }
 
+/// The devices named in `BENCH_DEVICES` (all three by default), opened once per process: wgpu
+/// can be initialized only once. A device that cannot be opened fails the bench loudly.
 fn devices() -> Vec<(DeviceChoice, Device)> {
-    let names = std::env::var("BENCH_DEVICES").unwrap_or_else(|_| "flex,ndarray,wgpu".into());
-    names
-        .split(',')
-        .map(|name| {
-            let choice: DeviceChoice = name.trim().parse().unwrap();
-            let opened = open(choice).unwrap_or_else(|reason| panic!("{reason}"));
-            eprintln!("bench device: {}", opened.description);
-            (choice, opened.device)
+    static DEVICES: OnceLock<Vec<(DeviceChoice, Device)>> = OnceLock::new();
+    DEVICES
+        .get_or_init(|| {
+            let names =
+                std::env::var("BENCH_DEVICES").unwrap_or_else(|_| "flex,ndarray,wgpu".into());
+            names
+                .split(',')
+                .map(|name| {
+                    let choice: DeviceChoice = name.trim().parse().unwrap();
+                    let opened = open(choice).unwrap_or_else(|reason| panic!("{reason}"));
+                    eprintln!("bench device: {}", opened.description);
+                    (choice, opened.device)
+                })
+                .collect()
         })
-        .collect()
+        .clone()
 }
 
 fn label([batch, seq, d_model, vocab]: [usize; 4]) -> String {

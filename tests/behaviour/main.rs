@@ -26,6 +26,7 @@ macro_rules! on_every_autodiff_device {
 mod devices;
 
 mod bad_input;
+mod equivariance;
 mod gradients;
 mod positions;
 mod records;

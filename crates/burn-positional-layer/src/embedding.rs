@@ -244,6 +244,21 @@ impl EmbeddingWithPosition {
     /// # Panics
     ///
     /// With the message of [`try_forward`](Self::try_forward) on bad input.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional_layer::{EmbeddingWithPositionConfig, Positions};
+    ///
+    /// let device = Device::flex();
+    /// let embed = EmbeddingWithPositionConfig::new(100, 16).init(&device);
+    /// // Incremental decoding: the next token sits at position 7.
+    /// let next = Tensor::<2, Int>::from_data([[42]], &device);
+    /// assert_eq!(embed.forward_at(next, Positions::Offset(7)).dims(), [1, 1, 16]);
+    /// // A left-padded batch (pad id 0): real tokens start at position 0.
+    /// let ids = Tensor::<2, Int>::from_data([[5, 6, 7], [0, 5, 6]], &device);
+    /// let positions = Tensor::<2, Int>::from_data([[0, 1, 2], [0, 0, 1]], &device);
+    /// assert_eq!(embed.forward_at(ids, Positions::Explicit(positions)).dims(), [2, 3, 16]);
+    /// ```
     pub fn forward_at(&self, ids: Tensor<2, Int>, positions: Positions) -> Tensor<3> {
         self.try_forward(ids, positions)
             .unwrap_or_else(|err| panic!("{err}"))
@@ -260,6 +275,19 @@ impl EmbeddingWithPosition {
     /// - ids: `[batch, seq]`
     /// - `Positions::Explicit`: `[batch, seq]`
     /// - output: `[batch, seq, d_model]`
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional_layer::{EmbeddingWithPositionConfig, LearnedConfig, Positions};
+    ///
+    /// let device = Device::flex();
+    /// let embed = EmbeddingWithPositionConfig::new(100, 16)
+    ///     .with_scheme(LearnedConfig::new(4).into())
+    ///     .init(&device);
+    /// let ids = Tensor::<2, Int>::from_data([[1, 2, 3, 4, 5]], &device);
+    /// let err = embed.try_forward(ids, Positions::default()).unwrap_err();
+    /// assert!(err.to_string().contains("max_len = 4"));
+    /// ```
     pub fn try_forward(
         &self,
         ids: Tensor<2, Int>,
@@ -421,6 +449,16 @@ fn check_ids_in(
 /// # Shapes
 ///
 /// - ids: `[batch, seq]`
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional_layer::check_token_ids;
+///
+/// let device = Device::flex();
+/// let ids = Tensor::<2, Int>::from_data([[1, 2], [3, 12]], &device);
+/// let err = check_token_ids(&ids, 10).unwrap_err();
+/// assert!(err.to_string().starts_with("token id 12 at [batch 1, position 1]"));
+/// ```
 pub fn check_token_ids(ids: &Tensor<2, Int>, vocab_size: usize) -> Result<(), PositionError> {
     let [batch, seq] = ids.dims();
     if batch * seq == 0 {

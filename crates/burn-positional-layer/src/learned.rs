@@ -23,6 +23,17 @@ pub struct LearnedConfig {
 }
 
 /// A trainable table of position vectors. Built by [`LearnedConfig::init`].
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional_layer::LearnedConfig;
+///
+/// let device = Device::flex();
+/// let table = LearnedConfig::new(128).init(32, &device);
+/// assert_eq!(table.rows(10, 20).dims(), [20, 32]);
+/// assert!(table.check(127).is_ok());
+/// assert!(table.check(128).is_err()); // no row 128: a clear error, never a stray read
+/// ```
 #[derive(Module, Debug)]
 pub struct LearnedPosition {
     /// `[max_len, d_position]`, trained and saved.
@@ -79,6 +90,10 @@ impl LearnedPosition {
 
     /// Rows `offset..offset + seq`, already checked to exist.
     ///
+    /// # Panics
+    ///
+    /// If `offset + seq > max_len` (call [`check`](Self::check) first).
+    ///
     /// # Shapes
     ///
     /// - output: `[seq, d_position]`
@@ -89,7 +104,8 @@ impl LearnedPosition {
             .slice([offset..offset + seq, 0..d_position])
     }
 
-    /// The rows at explicit positions, already checked to exist.
+    /// The rows at explicit positions, already checked to exist. Unchecked here: on wgpu a
+    /// position past the table would read stray data, so call [`check`](Self::check) first.
     ///
     /// # Shapes
     ///

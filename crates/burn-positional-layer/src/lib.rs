@@ -15,12 +15,14 @@
 //! `try_` twin returning [`PositionError`], whose message names the value, the limit and the fix.
 //! The panicking twins panic with that same message.
 
+mod attention;
 mod embedding;
 mod error;
 mod learned;
 mod scheme;
 mod sinusoidal;
 
+pub use attention::{AttentionOutput, SelfAttention, SelfAttentionConfig};
 pub use embedding::{Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, check_token_ids};
 pub use error::PositionError;
 pub use learned::{LearnedConfig, LearnedPosition};

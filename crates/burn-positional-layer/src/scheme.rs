@@ -73,6 +73,18 @@ pub struct NoPosition {}
 
 /// An initialized absolute scheme, one signature for all of them: rows by offset, or rows at
 /// explicit positions.
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional_layer::{LearnedConfig, PositionSchemeConfig, SinusoidalConfig};
+///
+/// let device = Device::flex();
+/// for scheme in [SinusoidalConfig::new().into(), LearnedConfig::new(64).into()] {
+///     let position = PositionSchemeConfig::init(&scheme, 16, &device);
+///     assert_eq!(position.rows(8, 4).unwrap().dims(), [4, 16]);
+/// }
+/// assert!(PositionSchemeConfig::None.init(16, &device).rows(0, 4).is_none());
+/// ```
 #[derive(Module, Debug)]
 pub enum AbsolutePosition {
     /// No position vectors.

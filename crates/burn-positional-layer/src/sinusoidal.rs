@@ -34,6 +34,18 @@ pub struct SinusoidalConfig {
 /// The sinusoidal table of one width, with a precomputed cache of its first `cache_len` rows.
 ///
 /// Built by [`SinusoidalConfig::init`]; a constant (not trained, not saved).
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional_layer::SinusoidalConfig;
+///
+/// let device = Device::flex();
+/// let table = SinusoidalConfig::new().with_cache_len(64).init(16, &device);
+/// // Rows past the cache are computed on the fly: there is no maximum length.
+/// assert_eq!(table.rows(100_000, 5).dims(), [5, 16]);
+/// let positions = Tensor::<2, Int>::from_data([[0, 7], [3, 1_000_000]], &device);
+/// assert_eq!(table.gather(positions, 1_000_000).dims(), [2, 2, 16]);
+/// ```
 #[derive(Module, Debug)]
 pub struct SinusoidalPosition {
     /// `[cache_len, d_position]`: the first rows of the table.
@@ -98,7 +110,7 @@ pub fn sinusoid_rows(positions: impl IntoIterator<Item = u64>, d: usize, base: f
 }
 
 impl SinusoidalPosition {
-    /// Rows `offset..offset + seq` of the table.
+    /// Rows `offset..offset + seq` of the table. Never panics: any offset works.
     ///
     /// # Shapes
     ///
@@ -118,7 +130,12 @@ impl SinusoidalPosition {
         )
     }
 
-    /// The table at explicit positions, already checked to lie in `0..=max_position`.
+    /// The table at explicit positions, already checked to lie in `0..=max_position`, where
+    /// `max_position` is their largest value (it decides between the cache and the host path).
+    ///
+    /// # Panics
+    ///
+    /// If a position is negative (the embedding refuses those before calling this).
     ///
     /// # Shapes
     ///
@@ -150,6 +167,34 @@ mod tests {
         let expected = [0.0, 1.0, 0.841_470_98, 0.540_302_3];
         for (got, want) in rows.iter().zip(expected) {
             assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Bounded: every row has norm sqrt(d / 2), since each (sin, cos) pair has norm 1.
+        #[test]
+        fn rows_have_constant_norm(p in 0u64..1_000_000_000, half in 1usize..64) {
+            let d = 2 * half;
+            let row = sinusoid_rows([p], d, 10_000.0);
+            let norm = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+            proptest::prop_assert!((norm - (d as f64 / 2.0).sqrt()).abs() < 1e-5);
+        }
+
+        /// Relative-aware (Vaswani et al. 2017, section 3.5): PE(p + k) is PE(p) rotated pair
+        /// by pair by the angle k * w_i, a map that depends on k alone.
+        #[test]
+        fn shift_is_a_rotation_that_depends_on_the_offset_only(p in 0u64..100_000, k in 0u64..1_000) {
+            let d = 32;
+            let base = 10_000.0f64;
+            let (a, b) = (sinusoid_rows([p], d, base), sinusoid_rows([p + k], d, base));
+            for i in 0..d / 2 {
+                let w = base.powf(-((2 * i) as f64) / d as f64);
+                let (s, c) = ((k as f64) * w).sin_cos();
+                let (sin_p, cos_p) = (a[2 * i] as f64, a[2 * i + 1] as f64);
+                // sin(x + y) = sin x cos y + cos x sin y; cos(x + y) = cos x cos y - sin x sin y.
+                proptest::prop_assert!((b[2 * i] as f64 - (sin_p * c + cos_p * s)).abs() < 1e-6);
+                proptest::prop_assert!((b[2 * i + 1] as f64 - (cos_p * c - sin_p * s)).abs() < 1e-6);
+            }
         }
     }
 

@@ -1,0 +1,113 @@
+//! "Who bites whom?": a task that only order can solve.
+//!
+//! Sentences are `subject verb object` over a few nouns and verbs ("dog bites man", "man
+//! bites dog", ...); the answer is the subject. Both nouns are in every sentence, so a model that
+//! sees the words but not their order can do no better than pick one of the two: 50 % accuracy.
+//! A model that knows positions learns "the first word bites" and reaches 100 %.
+
+use burn::prelude::*;
+
+/// The nouns (answers are indices into this list).
+pub const NOUNS: [&str; 8] = [
+    "dog", "man", "cat", "child", "bird", "horse", "woman", "fox",
+];
+/// The verbs.
+pub const VERBS: [&str; 6] = ["bites", "sees", "chases", "likes", "feeds", "follows"];
+
+/// Words in token-id order: nouns first, then verbs.
+pub fn vocabulary() -> Vec<&'static str> {
+    NOUNS.iter().chain(VERBS.iter()).copied().collect()
+}
+
+/// The token id of `word`.
+///
+/// # Panics
+///
+/// If the word is not in the vocabulary.
+pub fn token_id(word: &str) -> usize {
+    vocabulary()
+        .iter()
+        .position(|w| *w == word)
+        .unwrap_or_else(|| panic!("{word:?} is not in the vocabulary {:?}", vocabulary()))
+}
+
+/// One sentence: three token ids and the index of its subject noun.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sentence {
+    /// `[subject, verb, object]` as token ids.
+    pub ids: [usize; 3],
+    /// The answer: the subject's index in [`NOUNS`].
+    pub subject: usize,
+}
+
+impl Sentence {
+    /// The sentence as text.
+    pub fn text(&self) -> String {
+        let vocab = vocabulary();
+        self.ids.map(|id| vocab[id]).join(" ")
+    }
+}
+
+/// Every sentence with two different nouns, split into train and held-out sets: the held-out
+/// set is every `holdout_every`-th sentence of a seeded shuffle.
+pub fn split(seed: u64, holdout_every: usize) -> (Vec<Sentence>, Vec<Sentence>) {
+    let mut all = Vec::new();
+    for s in 0..NOUNS.len() {
+        for o in (0..NOUNS.len()).filter(|&o| o != s) {
+            for v in 0..VERBS.len() {
+                all.push(Sentence {
+                    ids: [s, NOUNS.len() + v, o],
+                    subject: s,
+                });
+            }
+        }
+    }
+    // Fisher-Yates with a 64-bit LCG: the same split on every machine.
+    let mut state = seed;
+    for i in (1..all.len()).rev() {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        all.swap(i, (state >> 33) as usize % (i + 1));
+    }
+    let (mut train, mut held_out) = (Vec::new(), Vec::new());
+    for (i, sentence) in all.into_iter().enumerate() {
+        if i % holdout_every == 0 {
+            held_out.push(sentence)
+        } else {
+            train.push(sentence)
+        }
+    }
+    (train, held_out)
+}
+
+/// Token ids `[n, 3]` and answers `[n]` of a set of sentences.
+pub fn batch(sentences: &[Sentence], device: &Device) -> (Tensor<2, Int>, Tensor<1, Int>) {
+    let n = sentences.len();
+    let ids: Vec<i64> = sentences
+        .iter()
+        .flat_map(|s| s.ids.map(|id| id as i64))
+        .collect();
+    let answers: Vec<i64> = sentences.iter().map(|s| s.subject as i64).collect();
+    (
+        Tensor::from_data(TensorData::new(ids, [n, 3]), device),
+        Tensor::from_data(TensorData::new(answers, [n]), device),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_sentence_once_and_both_orders_present() {
+        let (train, held_out) = split(7, 5);
+        assert_eq!(train.len() + held_out.len(), 8 * 7 * 6);
+        let dog_bites_man = Sentence {
+            ids: [token_id("dog"), token_id("bites"), token_id("man")],
+            subject: 0,
+        };
+        assert_eq!(dog_bites_man.text(), "dog bites man");
+        assert!(train.contains(&dog_bites_man) || held_out.contains(&dog_bites_man));
+    }
+}
