@@ -212,7 +212,8 @@ fn main() {
         );
     }
     println!(
-        "\n     Chance is 50 %: without order, the model can only guess which of the two nouns bites.\n"
+        "\n     Chance is 50 %: each held-out sentence's reverse is held out too, and a model blind to\n     \
+         order must give both the same answer, so it is right for at most one of them.\n"
     );
 
     std::fs::create_dir_all(&args.out).expect("create the output folder");
@@ -224,10 +225,10 @@ fn main() {
         .collect();
     draw_heatmaps(
         &path,
-        "Attention weights after training (row: query word, column: key word; mean over heads)",
+        "Attention after training (row: query, column: key; mean over heads)",
         &panels,
         2,
-        380,
+        420,
     )
     .unwrap_or_else(|err| panic!("{err}"));
     println!(

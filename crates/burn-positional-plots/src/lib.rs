@@ -8,6 +8,7 @@ use std::sync::Once;
 
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{FontStyle, register_font};
 
 /// Why a picture could not be drawn.
@@ -141,59 +142,59 @@ fn draw_panel<DB: DrawingBackend>(
         (lo, hi)
     });
     let span = if hi > lo { hi - lo } else { 1.0 };
-    let label_area = if panel.row_labels.is_empty() { 30 } else { 60 };
+    let colour_of = |v: f32| ((v - lo) / span).clamp(0.0, 1.0);
+    // Segmented axes put each label at the centre of its cell; row 0 is drawn at the top.
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.title, ("sans-serif", 16))
-        .margin(8)
-        .x_label_area_size(if panel.col_labels.is_empty() { 25 } else { 30 })
-        .y_label_area_size(label_area)
-        .build_cartesian_2d(0..cols, 0..rows)?;
-    let row_labels = panel.row_labels.clone();
-    let col_labels = panel.col_labels.clone();
+        .margin(10)
+        .x_label_area_size(28)
+        .y_label_area_size(if panel.row_labels.is_empty() { 36 } else { 64 })
+        .build_cartesian_2d(
+            (0..cols - 1).into_segmented(),
+            (0..rows - 1).into_segmented(),
+        )?;
+    let label =
+        |labels: &[String], i: usize| labels.get(i).cloned().unwrap_or_else(|| i.to_string());
     chart
         .configure_mesh()
         .disable_mesh()
-        .x_labels(cols.min(12))
-        .y_labels(rows.min(12))
-        .x_label_formatter(&|c| {
-            col_labels.get(*c).cloned().unwrap_or_else(|| {
-                if *c < cols {
-                    c.to_string()
-                } else {
-                    String::new()
-                }
-            })
+        .x_labels(cols.min(16))
+        .y_labels(rows.min(16))
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(c) if *c < cols => label(&panel.col_labels, *c),
+            _ => String::new(),
         })
-        // Row 0 is drawn at the top.
-        .y_label_formatter(&|r| {
-            let row = rows.wrapping_sub(1).wrapping_sub(*r);
-            row_labels.get(row).cloned().unwrap_or_else(|| {
-                if row < rows {
-                    row.to_string()
-                } else {
-                    String::new()
-                }
-            })
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(r) if *r < rows => label(&panel.row_labels, rows - 1 - *r),
+            _ => String::new(),
         })
-        .label_style(("sans-serif", 13))
+        .label_style(("sans-serif", 14))
         .draw()?;
+    let cell = |r: usize, c: usize| {
+        let y = rows - 1 - r;
+        [
+            (SegmentValue::Exact(c), SegmentValue::Exact(y + 1)),
+            (SegmentValue::Exact(c + 1), SegmentValue::Exact(y)),
+        ]
+    };
     chart.draw_series(panel.values.iter().enumerate().flat_map(|(r, row)| {
         row.iter().enumerate().map(move |(c, &v)| {
-            let t = ((v - lo) / span).clamp(0.0, 1.0);
-            let y = rows - 1 - r;
-            Rectangle::new([(c, y), (c + 1, y + 1)], ViridisRGB::get_color(t).filled())
+            Rectangle::new(cell(r, c), ViridisRGB::get_color(colour_of(v)).filled())
         })
     }))?;
     if panel.annotate {
+        let centred = Pos::new(HPos::Center, VPos::Center);
         chart.draw_series(panel.values.iter().enumerate().flat_map(|(r, row)| {
             row.iter().enumerate().map(move |(c, &v)| {
-                let t = ((v - lo) / span).clamp(0.0, 1.0);
-                let colour = if t > 0.6 { BLACK } else { WHITE };
-                let y = rows - 1 - r;
+                let colour = if colour_of(v) > 0.6 { BLACK } else { WHITE };
+                let style = ("sans-serif", 15).into_font().color(&colour).pos(centred);
                 Text::new(
                     format!("{v:.2}"),
-                    (c, y + 1),
-                    ("sans-serif", 14).into_font().color(&colour),
+                    (
+                        SegmentValue::CenterOf(c),
+                        SegmentValue::CenterOf(rows - 1 - r),
+                    ),
+                    style,
                 )
             })
         }))?;
