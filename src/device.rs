@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use burn::tensor::Device;
+use burn::tensor::{Device, DeviceKind};
 
 /// A backend chosen by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,14 +54,28 @@ pub struct OpenedDevice {
 pub fn open(choice: DeviceChoice) -> Result<OpenedDevice, String> {
     let (device, description) = match choice {
         DeviceChoice::Wgpu => {
-            let device = Device::wgpu_options()
-                .init()
-                .map_err(|err| format!("wgpu found no adapter: {err}"))?;
-            let adapter = device
-                .identity()
+            // The runtime starts on first use, whoever uses it first (burn itself reaches for
+            // `Device::default()` in places, for example when loading an optimizer record),
+            // so open the default wgpu device rather than `wgpu_options().init()`, which
+            // refuses a runtime that is already running. Asking for its identity opens the
+            // adapter; without one, that panics, and the panic becomes our error.
+            let identity =
+                std::panic::catch_unwind(|| Device::wgpu(DeviceKind::DefaultDevice).identity())
+                    .map_err(|panic| {
+                        let reason = panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "no reason given".into());
+                        format!("wgpu found no adapter ({reason})")
+                    })?;
+            let adapter = identity
                 .map(|id| id.name)
                 .unwrap_or_else(|| "unnamed adapter".into());
-            (device, format!("wgpu, adapter: {adapter}"))
+            (
+                Device::wgpu(DeviceKind::DefaultDevice),
+                format!("wgpu, adapter: {adapter}"),
+            )
         }
         // burn 0.22 deprecates ndarray in favour of flex; our users asked for both.
         #[allow(deprecated)]

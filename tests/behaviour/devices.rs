@@ -3,23 +3,22 @@
 use std::sync::OnceLock;
 
 use burn::tensor::Device;
+use burn_positional::device::{DeviceChoice, open};
 
-/// The wgpu device, initialized once per test binary. Panics, never skips, when wgpu has no
-/// adapter.
+/// The wgpu device, opened once per test binary. Panics, never skips, when wgpu has no adapter.
 pub fn wgpu() -> Device {
     static DEVICE: OnceLock<Device> = OnceLock::new();
     DEVICE
         .get_or_init(|| {
-            let device = Device::wgpu_options().init().unwrap_or_else(|err| {
+            let opened = open(DeviceChoice::Wgpu).unwrap_or_else(|reason| {
                 panic!(
-                    "wgpu found no adapter: {err}. These tests never skip a backend. Install a \
-                     Vulkan driver (Debian: apt-get install mesa-vulkan-drivers libvulkan1, \
-                     which gives the lavapipe CPU adapter) or run on a machine with a GPU."
+                    "{reason}. These tests never skip a backend. Install a Vulkan driver (Debian: \
+                     apt-get install mesa-vulkan-drivers libvulkan1, which gives the lavapipe CPU \
+                     adapter) or run on a machine with a GPU."
                 )
             });
-            let name = device.identity().map(|id| id.name).unwrap_or_default();
-            eprintln!("wgpu adapter: {name}");
-            device
+            eprintln!("{}", opened.description);
+            opened.device
         })
         .clone()
 }

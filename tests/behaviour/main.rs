@@ -31,3 +31,4 @@ mod gradients;
 mod positions;
 mod records;
 mod sinusoidal;
+mod training;

@@ -8,9 +8,22 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::module::embedding;
-use burn::tensor::{Device, Int, Tensor};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::PositionError;
+use crate::{PositionError, SinusoidalConfig, sinusoid_rows};
+
+/// How a learned table starts.
+#[derive(Config, Debug, PartialEq)]
+pub enum LearnedInit {
+    /// Drawn from an initializer (BERT and GPT-2 use `N(0, 0.02)`).
+    Random(Initializer),
+    /// The sinusoidal table with this base (10 000 in the paper), then trained: a learned
+    /// table that starts smooth and relative-aware.
+    Sinusoidal {
+        /// The wavelength base.
+        base: f64,
+    },
+}
 
 /// Configuration of a learned position table. Its width comes from the embedding it belongs to.
 #[derive(Config, Debug, PartialEq)]
@@ -18,8 +31,8 @@ pub struct LearnedConfig {
     /// Rows in the table: the longest sequence (or largest position + 1) it can embed.
     pub max_len: usize,
     /// How the table starts. `N(0, 0.02)` by default, the initialization of BERT and GPT-2.
-    #[config(default = "Initializer::Normal { mean: 0.0, std: 0.02 }")]
-    pub initializer: Initializer,
+    #[config(default = "LearnedInit::Random(Initializer::Normal { mean: 0.0, std: 0.02 })")]
+    pub init: LearnedInit,
 }
 
 /// A trainable table of position vectors. Built by [`LearnedConfig::init`].
@@ -41,8 +54,8 @@ pub struct LearnedPosition {
 }
 
 impl LearnedConfig {
-    /// Checks the config.
-    pub fn validate(&self) -> Result<(), PositionError> {
+    /// Checks the config for a table `d_position` wide.
+    pub fn validate(&self, d_position: usize) -> Result<(), PositionError> {
         if self.max_len == 0 {
             return Err(PositionError::InvalidConfig {
                 field: "LearnedConfig::max_len",
@@ -51,6 +64,11 @@ impl LearnedConfig {
                 fix: "set max_len to the longest sequence the model will see".into(),
             });
         }
+        if let LearnedInit::Sinusoidal { base } = self.init {
+            SinusoidalConfig::new()
+                .with_base(base)
+                .validate(d_position)?;
+        }
         Ok(())
     }
 
@@ -58,14 +76,21 @@ impl LearnedConfig {
     ///
     /// # Panics
     ///
-    /// If `max_len` is 0.
+    /// If `max_len` is 0, or the table starts sinusoidal and `d_position` is odd.
     pub fn init(&self, d_position: usize, device: &Device) -> LearnedPosition {
-        if let Err(err) = self.validate() {
+        if let Err(err) = self.validate(d_position) {
             panic!("{err}");
         }
-        LearnedPosition {
-            table: self.initializer.init([self.max_len, d_position], device),
-        }
+        let table = match &self.init {
+            LearnedInit::Random(initializer) => {
+                initializer.init([self.max_len, d_position], device)
+            }
+            LearnedInit::Sinusoidal { base } => {
+                let rows = sinusoid_rows(0..self.max_len as u64, d_position, *base);
+                Param::from_data(TensorData::new(rows, [self.max_len, d_position]), device)
+            }
+        };
+        LearnedPosition { table }
     }
 }
 

@@ -25,6 +25,6 @@ mod sinusoidal;
 pub use attention::{AttentionOutput, SelfAttention, SelfAttentionConfig};
 pub use embedding::{Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, check_token_ids};
 pub use error::PositionError;
-pub use learned::{LearnedConfig, LearnedPosition};
+pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
 pub use scheme::{AbsolutePosition, NoPosition, PositionSchemeConfig, Positions};
 pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_rows};

@@ -47,7 +47,7 @@ impl PositionSchemeConfig {
         match self {
             Self::None => Ok(()),
             Self::Sinusoidal(config) => config.validate(d_position),
-            Self::Learned(config) => config.validate(),
+            Self::Learned(config) => config.validate(d_position),
         }
     }
 

@@ -1,0 +1,377 @@
+//! Train learned position tables (BERT and GPT style) on a task made of position: copy the
+//! token `k` places back. Saves the model (`.bpk`) and its config (JSON), reloads and
+//! re-evaluates it, resumes from checkpoints, compares schemes and draws the learned table.
+//!
+//! ```text
+//! cargo run --release --example train_positions -- train --scheme learned [--freeze-tokens]
+//! cargo run --release --example train_positions -- eval --dir out/train_positions/learned
+//! cargo run --release --example train_positions -- compare
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::prelude::*;
+use burn_positional::copy_back::CopyBackConfig;
+use burn_positional::device::{DeviceChoice, open_or_cpu};
+use burn_positional::tagger::{TokenTagger, TokenTaggerConfig};
+use burn_positional::training::{self, Metrics, TrainingConfig, TrainingError, evaluate};
+use burn_positional::{
+    AbsolutePosition, LearnedConfig, LearnedInit, PositionSchemeConfig, SinusoidalConfig,
+};
+use burn_positional_plots::{Heatmap, draw_heatmaps};
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(Parser)]
+#[command(about = "Train learned positional tables on 'copy the token k places back'")]
+struct Args {
+    /// Device (also read from BURN_DEVICE); wgpu falls back to the CPU with a notice.
+    #[arg(long, env = "BURN_DEVICE", default_value = "wgpu", global = true)]
+    device: DeviceChoice,
+    /// Folder for models, checkpoints and pictures.
+    #[arg(long, default_value = "out/train_positions", global = true)]
+    out: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train one scheme; resumes from `<out>/<scheme>/checkpoint` when one is there.
+    Train {
+        #[arg(long, value_enum, default_value_t = Scheme::Learned)]
+        scheme: Scheme,
+        #[command(flatten)]
+        options: TrainOptions,
+    },
+    /// Reload a trained model and evaluate it on the validation set.
+    Eval {
+        /// A folder written by `train` (holds model.bpk and config.json).
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Train every scheme on the same task and budget, print the table, draw the tables.
+    Compare {
+        #[command(flatten)]
+        options: TrainOptions,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct TrainOptions {
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 600)]
+    steps: usize,
+    /// Keep the token table fixed: only positions and the rest of the model train.
+    #[arg(long)]
+    freeze_tokens: bool,
+    /// Start fresh even if a checkpoint exists.
+    #[arg(long)]
+    fresh: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum Scheme {
+    None,
+    Sinusoidal,
+    Learned,
+    /// A learned table that starts as the sinusoidal one.
+    LearnedFromSinusoidal,
+}
+
+impl Scheme {
+    fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Sinusoidal => "sinusoidal",
+            Self::Learned => "learned",
+            Self::LearnedFromSinusoidal => "learned-from-sinusoidal",
+        }
+    }
+
+    fn config(self, max_len: usize) -> PositionSchemeConfig {
+        match self {
+            Self::None => PositionSchemeConfig::None,
+            Self::Sinusoidal => SinusoidalConfig::new().into(),
+            Self::Learned => LearnedConfig::new(max_len).into(),
+            Self::LearnedFromSinusoidal => LearnedConfig::new(max_len)
+                .with_init(LearnedInit::Sinusoidal { base: 10_000.0 })
+                .into(),
+        }
+    }
+}
+
+fn config_for(scheme: Scheme, options: &TrainOptions) -> TrainingConfig {
+    let task = CopyBackConfig::new();
+    TrainingConfig::new(
+        TokenTaggerConfig::new(task.vocab_size, scheme.config(task.seq)),
+        task,
+    )
+    .with_steps(options.steps)
+    .with_freeze_tokens(options.freeze_tokens)
+}
+
+struct Outcome {
+    model: TokenTagger,
+    valid: Metrics,
+    seconds: f64,
+}
+
+fn train_one(
+    scheme: Scheme,
+    options: &TrainOptions,
+    out: &Path,
+    device: &Device,
+) -> Result<Outcome, TrainingError> {
+    let config = config_for(scheme, options);
+    let dir = out.join(scheme.name());
+    let checkpoint = dir.join("checkpoint");
+    if options.fresh {
+        let _ = std::fs::remove_dir_all(&checkpoint);
+    }
+    let progress = ProgressBar::new(config.steps as u64).with_style(
+        ProgressStyle::with_template("{prefix:<24} [{bar:30}] {pos:>4}/{len} {elapsed:>4} {msg}")
+            .unwrap()
+            .progress_chars("=> "),
+    );
+    progress.set_prefix(scheme.name());
+    let start = Instant::now();
+    let mut last_valid = None;
+    let model = training::train(
+        &config,
+        &device.clone().autodiff(),
+        Some(&checkpoint),
+        |report| {
+            progress.set_position(report.step as u64);
+            if let Some(valid) = report.valid {
+                last_valid = Some(valid);
+                progress.set_message(format!(
+                    "train loss {:.3} acc {:>5.1} % | valid loss {:.3} acc {:>5.1} %",
+                    report.train.loss,
+                    100.0 * report.train.accuracy,
+                    valid.loss,
+                    100.0 * valid.accuracy
+                ));
+                if !progress.is_hidden() {
+                    return;
+                }
+                // Not a terminal: print the validation lines instead of redrawing a bar.
+                println!(
+                    "{:<24} step {:>4}: train loss {:.3} acc {:>5.1} % | valid loss {:.3} acc {:>5.1} %",
+                    scheme.name(),
+                    report.step,
+                    report.train.loss,
+                    100.0 * report.train.accuracy,
+                    valid.loss,
+                    100.0 * valid.accuracy
+                );
+            }
+        },
+    )?;
+    progress.finish();
+    training::save_model(&model, &config, &dir)?;
+    let valid = match last_valid {
+        Some(valid) => valid,
+        // Resumed from a finished checkpoint: nothing left to train.
+        None => evaluate(
+            &model,
+            &config.valid_batch(config.task.seq, device),
+            config.task.k,
+        )?,
+    };
+    Ok(Outcome {
+        model,
+        valid,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Accuracy at twice the trained length, or the embedding's error.
+fn longer(model: &TokenTagger, config: &TrainingConfig, device: &Device) -> String {
+    let seq = 2 * config.task.seq;
+    match evaluate(model, &config.valid_batch(seq, device), config.task.k) {
+        Ok(m) => format!("{:.1} %", 100.0 * m.accuracy),
+        Err(err) => format!("error: {err}"),
+    }
+}
+
+fn learned_table(model: &TokenTagger) -> Option<Tensor<2>> {
+    match &model.embed.position {
+        AbsolutePosition::Learned(table) => Some(table.table.val()),
+        _ => None,
+    }
+}
+
+/// `[n, d]` rows and their cosine similarities `[n, n]`, on the host.
+fn rows_and_cosine(table: Tensor<2>) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let [n, d] = table.dims();
+    let values: Vec<f32> = table.into_data().iter::<f32>().collect();
+    let rows: Vec<Vec<f32>> = values.chunks(d).map(<[f32]>::to_vec).collect();
+    let norm = |r: &[f32]| r.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+    let cosine = (0..n)
+        .map(|i| {
+            (0..n)
+                .map(|j| {
+                    rows[i]
+                        .iter()
+                        .zip(&rows[j])
+                        .map(|(a, b)| a * b)
+                        .sum::<f32>()
+                        / (norm(&rows[i]) * norm(&rows[j]))
+                })
+                .collect()
+        })
+        .collect();
+    (rows, cosine)
+}
+
+/// Mean cosine similarity of neighbouring positions, and of positions at least 8 apart.
+fn neighbour_and_far(cosine: &[Vec<f32>]) -> (f32, f32) {
+    let n = cosine.len();
+    let mean = |pairs: Vec<f32>| pairs.iter().sum::<f32>() / pairs.len().max(1) as f32;
+    let near = mean((0..n - 1).map(|i| cosine[i][i + 1]).collect());
+    let far = mean(
+        (0..n)
+            .flat_map(|i| {
+                (0..n)
+                    .filter(move |&j| j >= i + 8)
+                    .map(move |j| cosine[i][j])
+            })
+            .collect(),
+    );
+    (near, far)
+}
+
+fn heatmap(title: String, values: Vec<Vec<f32>>, range: Option<(f32, f32)>) -> Heatmap {
+    Heatmap {
+        title,
+        row_labels: vec![],
+        col_labels: vec![],
+        values,
+        range,
+        annotate: false,
+    }
+}
+
+fn draw_tables(learned: &[(&str, Tensor<2>)], out: &Path, device: &Device) {
+    let n = learned[0].1.dims()[0];
+    let d = learned[0].1.dims()[1];
+    let sinusoidal = SinusoidalConfig::new().init(d, device).rows(0, n);
+    let mut panels = Vec::new();
+    let mut all: Vec<(&str, Tensor<2>)> = learned.to_vec();
+    all.push(("sinusoidal (fixed)", sinusoidal));
+    println!(
+        "\nsmoothness (seed 002): mean cosine similarity of neighbouring positions vs positions >= 8 apart"
+    );
+    for (name, table) in &all {
+        let (rows, cosine) = rows_and_cosine(table.clone());
+        let (near, far) = neighbour_and_far(&cosine);
+        println!("  {name:<28} neighbours {near:>6.3}   far {far:>6.3}");
+        panels.push(heatmap(
+            format!("{name}: table [position, dim]"),
+            rows,
+            None,
+        ));
+        panels.push(heatmap(
+            format!("{name}: cosine similarity"),
+            cosine,
+            Some((-1.0, 1.0)),
+        ));
+    }
+    let path = out.join("position_tables.png");
+    draw_heatmaps(
+        &path,
+        "Position tables after training (rows: positions)",
+        &panels,
+        2,
+        420,
+    )
+    .unwrap_or_else(|err| panic!("{err}"));
+    println!("pictures: {}", path.display());
+}
+
+fn main() -> Result<(), TrainingError> {
+    let args = Args::parse();
+    let opened = open_or_cpu(args.device);
+    let device = &opened.device;
+    println!("device: {}", opened.description);
+    match args.command {
+        Command::Train { scheme, options } => {
+            let outcome = train_one(scheme, &options, &args.out, device)?;
+            let config = config_for(scheme, &options);
+            println!(
+                "{}: valid accuracy {:.1} % (loss {:.3}) after {} steps in {:.1} s; saved to {}",
+                scheme.name(),
+                100.0 * outcome.valid.accuracy,
+                outcome.valid.loss,
+                config.steps,
+                outcome.seconds,
+                args.out.join(scheme.name()).display()
+            );
+            println!(
+                "at twice the trained length ({}): {}",
+                2 * config.task.seq,
+                longer(&outcome.model, &config, device)
+            );
+        }
+        Command::Eval { dir } => {
+            let (config, model) = training::load_model(&dir, device)?;
+            let m = evaluate(
+                &model,
+                &config.valid_batch(config.task.seq, device),
+                config.task.k,
+            )?;
+            println!(
+                "{}: valid accuracy {:.1} % (loss {:.3})",
+                dir.display(),
+                100.0 * m.accuracy,
+                m.loss
+            );
+        }
+        Command::Compare { options } => {
+            let task = CopyBackConfig::new();
+            println!(
+                "task: copy the token {} places back; vocab {}, trained at length {}, {} steps each, same seed\n",
+                task.k, task.vocab_size, task.seq, options.steps
+            );
+            let schemes = [
+                Scheme::None,
+                Scheme::Sinusoidal,
+                Scheme::Learned,
+                Scheme::LearnedFromSinusoidal,
+            ];
+            let mut rows = Vec::new();
+            let mut tables = Vec::new();
+            for scheme in schemes {
+                let outcome = train_one(scheme, &options, &args.out, device)?;
+                let config = config_for(scheme, &options);
+                if let Some(table) = learned_table(&outcome.model) {
+                    tables.push((scheme.name(), table));
+                }
+                rows.push((
+                    scheme.name(),
+                    outcome.valid,
+                    outcome.seconds,
+                    longer(&outcome.model, &config, device),
+                ));
+            }
+            println!(
+                "\n| scheme | valid accuracy | valid loss | seconds | accuracy at length {} |",
+                2 * task.seq
+            );
+            println!("|---|---|---|---|---|");
+            for (name, valid, seconds, longer) in rows {
+                let longer = longer.split(". Fix").next().unwrap_or_default().to_string();
+                println!(
+                    "| {name} | {:.1} % | {:.3} | {seconds:.1} | {longer} |",
+                    100.0 * valid.accuracy,
+                    valid.loss
+                );
+            }
+            println!("(chance is about {:.1} %)", 100.0 / task.vocab_size as f32);
+            draw_tables(&tables, &args.out, device);
+        }
+    }
+    Ok(())
+}

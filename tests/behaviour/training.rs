@@ -1,0 +1,129 @@
+//! Training learned position tables: a short run on every autodiff device learns, trains the
+//! position table while a frozen token table stays put, and reloads bit-exactly.
+
+use burn::optim::{AdamConfig, GradientsParams};
+use burn::prelude::*;
+use burn_positional::copy_back::CopyBackConfig;
+use burn_positional::tagger::{TokenTagger, TokenTaggerConfig};
+use burn_positional::training::{self, TrainingConfig};
+use burn_positional::{AbsolutePosition, LearnedConfig, LearnedInit, SinusoidalConfig};
+
+fn tiny_config() -> TrainingConfig {
+    let task = CopyBackConfig::new()
+        .with_vocab_size(8)
+        .with_seq(8)
+        .with_k(2);
+    let model = TokenTaggerConfig::new(8, LearnedConfig::new(8).into())
+        .with_d_model(16)
+        .with_n_heads(2)
+        .with_n_blocks(1);
+    TrainingConfig::new(model, task)
+        .with_batch_size(8)
+        .with_valid_size(8)
+        .with_learning_rate(1e-2)
+}
+
+fn table(model: &TokenTagger) -> TensorData {
+    let AbsolutePosition::Learned(table) = &model.embed.position else {
+        unreachable!()
+    };
+    table.table.val().into_data()
+}
+
+fn max_abs_diff(a: &TensorData, b: &TensorData) -> f32 {
+    a.iter::<f32>()
+        .zip(b.iter::<f32>())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// 40 Adam steps on one fixed batch, token table frozen: the loss falls at least 4-fold, the
+/// learned table moves, the token table does not move at all.
+pub fn short_run_learns_positions_with_frozen_tokens(device: &Device) {
+    let config = tiny_config().with_freeze_tokens(true);
+    let mut model = config.init_model(device);
+    let tokens_before = model.embed.tokens.val().into_data();
+    let table_before = table(&model);
+    let batch = config.task.batch(8, 8, 7, device);
+    let mut optim = AdamConfig::new().init();
+    let mut losses = Vec::new();
+    for _ in 0..40 {
+        let (loss, _) = model
+            .try_loss_and_accuracy(batch.ids.clone(), batch.answers.clone(), config.task.k)
+            .unwrap();
+        losses.push(loss.clone().into_scalar::<f32>());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(config.learning_rate, model, grads);
+    }
+    let (first, last) = (losses[0], *losses.last().unwrap());
+    assert!(last * 4.0 < first, "loss fell only from {first} to {last}");
+    assert_eq!(
+        model.embed.tokens.val().into_data(),
+        tokens_before,
+        "the frozen token table moved"
+    );
+    assert!(
+        max_abs_diff(&table(&model), &table_before) > 1e-3,
+        "the learned table did not train"
+    );
+}
+
+/// `training::train` with checkpoints: save, reload (bit-identical, same predictions), and a
+/// run resumed from a checkpoint ends where an uninterrupted one does.
+pub fn save_reload_and_resume(device: &Device) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config().with_steps(4).with_valid_every(2);
+    // An uninterrupted run, whose checkpoint at step 2 is copied aside as it is written.
+    let (live, at_step_2) = (dir.path().join("live"), dir.path().join("at_step_2"));
+    let straight = training::train(&config, device, Some(&live), |report| {
+        if report.step == 2 {
+            std::fs::create_dir_all(&at_step_2).unwrap();
+            for file in ["model.bpk", "optimizer.bpk", "state.json", "config.json"] {
+                std::fs::copy(live.join(file), at_step_2.join(file)).unwrap();
+            }
+        }
+    })
+    .unwrap();
+    // Resumed from step 2, it runs steps 3 and 4 and ends where the uninterrupted run did.
+    let mut steps = Vec::new();
+    let resumed =
+        training::train(&config, device, Some(&at_step_2), |r| steps.push(r.step)).unwrap();
+    assert_eq!(steps, vec![3, 4], "resume starts after the checkpoint");
+    assert!(
+        max_abs_diff(&table(&resumed), &table(&straight)) < 1e-5,
+        "resumed run diverged"
+    );
+
+    training::save_model(&resumed, &config, dir.path()).unwrap();
+    let (loaded_config, loaded) =
+        training::load_model(dir.path(), &device.clone().without_autodiff()).unwrap();
+    assert_eq!(loaded_config, config);
+    assert_eq!(table(&loaded), table(&resumed));
+    assert_eq!(
+        loaded.embed.tokens.val().into_data(),
+        resumed.embed.tokens.val().into_data()
+    );
+    let batch = config.valid_batch(8, &device.clone().without_autodiff());
+    assert_eq!(
+        loaded.try_forward(batch.ids.clone()).unwrap().into_data(),
+        resumed.try_forward(batch.ids).unwrap().into_data()
+    );
+}
+
+/// A learned table can start as the sinusoidal one.
+pub fn learned_table_starts_sinusoidal(device: &Device) {
+    let learned = LearnedConfig::new(16)
+        .with_init(LearnedInit::Sinusoidal { base: 10_000.0 })
+        .init(8, device);
+    let fixed = SinusoidalConfig::new().init(8, device);
+    assert_eq!(
+        learned.rows(0, 16).into_data(),
+        fixed.rows(0, 16).into_data()
+    );
+}
+
+on_every_autodiff_device!(
+    short_run_learns_positions_with_frozen_tokens,
+    save_reload_and_resume,
+    learned_table_starts_sinusoidal
+);
