@@ -30,9 +30,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[derive(Parser)]
 #[command(about = "Why a transformer needs positions: dog bites man versus man bites dog")]
 struct Args {
-    /// Device to run on (also read from BURN_DEVICE). wgpu falls back to the CPU with a notice
-    /// when no adapter exists.
-    #[arg(long, env = "BURN_DEVICE", default_value = "wgpu")]
+    /// Device: auto (wgpu on a GPU, else flex), wgpu, ndarray or flex; also read from
+    /// BURN_DEVICE. Falls back to flex with a notice when wgpu has no adapter.
+    #[arg(long, env = "BURN_DEVICE", default_value = "auto")]
     device: DeviceChoice,
     /// Training steps per scheme (full batch, Adam).
     #[arg(long, default_value_t = 150)]

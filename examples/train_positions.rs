@@ -26,8 +26,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[derive(Parser)]
 #[command(about = "Train learned positional tables on 'copy the token k places back'")]
 struct Args {
-    /// Device (also read from BURN_DEVICE); wgpu falls back to the CPU with a notice.
-    #[arg(long, env = "BURN_DEVICE", default_value = "wgpu", global = true)]
+    /// Device: auto (wgpu on a GPU, else flex), wgpu, ndarray or flex; also read from
+    /// BURN_DEVICE. Falls back to flex with a notice when wgpu has no adapter.
+    #[arg(long, env = "BURN_DEVICE", default_value = "auto", global = true)]
     device: DeviceChoice,
     /// Folder for models, checkpoints and pictures.
     #[arg(long, default_value = "out/train_positions", global = true)]

@@ -34,6 +34,18 @@ pub struct SequenceClassifierConfig {
 }
 
 /// See the [module docs](self).
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional::SinusoidalConfig;
+/// use burn_positional::classifier::SequenceClassifierConfig;
+///
+/// let device = Device::flex();
+/// let model = SequenceClassifierConfig::new(14, 8, SinusoidalConfig::new().into()).init(&device);
+/// let (logits, weights) = model.forward(Tensor::<2, Int>::zeros([5, 3], &device));
+/// assert_eq!(logits.dims(), [5, 8]); // [batch, n_classes]
+/// assert_eq!(weights.unwrap().dims(), [5, 4, 3, 3]); // [batch, n_heads, seq, seq]
+/// ```
 #[derive(Module, Debug)]
 pub struct SequenceClassifier {
     /// Tokens and positions.

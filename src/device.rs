@@ -1,4 +1,4 @@
-//! Choosing a device by name, for examples and tools: `wgpu`, `ndarray` or `flex`.
+//! Choosing a device by name, for examples and tools: `auto`, `wgpu`, `ndarray` or `flex`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -8,6 +8,10 @@ use burn::tensor::{Device, DeviceKind};
 /// A backend chosen by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceChoice {
+    /// wgpu when it reaches a GPU; otherwise flex, with a notice saying why. (A machine
+    /// without a GPU may still have a wgpu adapter: Mesa's lavapipe, which runs shaders on the
+    /// CPU far slower than flex runs the same work.)
+    Auto,
     /// The GPU through wgpu (or Mesa's lavapipe on a machine without one).
     Wgpu,
     /// The ndarray CPU backend.
@@ -21,6 +25,7 @@ impl FromStr for DeviceChoice {
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
         match name.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
             "wgpu" => Ok(Self::Wgpu),
             "ndarray" => Ok(Self::Ndarray),
             "flex" => Ok(Self::Flex),
@@ -34,6 +39,7 @@ impl FromStr for DeviceChoice {
 impl fmt::Display for DeviceChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Self::Auto => "auto",
             Self::Wgpu => "wgpu",
             Self::Ndarray => "ndarray",
             Self::Flex => "flex",
@@ -48,12 +54,15 @@ pub struct OpenedDevice {
     pub device: Device,
     /// Which backend and, for wgpu, which adapter.
     pub description: String,
+    /// Whether the device is a GPU (false for the CPU backends and for a software adapter).
+    pub is_gpu: bool,
 }
 
-/// Opens the chosen device. For wgpu, fails with the reason when no adapter exists.
+/// Opens the chosen device. For wgpu, fails with the reason when no adapter exists. `Auto`
+/// opens wgpu when it reaches a GPU, and fails with the reason otherwise.
 pub fn open(choice: DeviceChoice) -> Result<OpenedDevice, String> {
-    let (device, description) = match choice {
-        DeviceChoice::Wgpu => {
+    let opened = match choice {
+        DeviceChoice::Wgpu | DeviceChoice::Auto => {
             // The runtime starts on first use, whoever uses it first (burn itself reaches for
             // `Device::default()` in places, for example when loading an optimizer record),
             // so open the default wgpu device rather than `wgpu_options().init()`, which
@@ -69,29 +78,43 @@ pub fn open(choice: DeviceChoice) -> Result<OpenedDevice, String> {
                             .unwrap_or_else(|| "no reason given".into());
                         format!("wgpu found no adapter ({reason})")
                     })?;
+            let is_gpu = identity.as_ref().is_some_and(|id| id.physical.is_some());
             let adapter = identity
                 .map(|id| id.name)
                 .unwrap_or_else(|| "unnamed adapter".into());
-            (
-                Device::wgpu(DeviceKind::DefaultDevice),
-                format!("wgpu, adapter: {adapter}"),
-            )
+            if choice == DeviceChoice::Auto && !is_gpu {
+                return Err(format!(
+                    "wgpu's adapter is {adapter}, which runs on the CPU (no GPU found); flex runs the \
+                     same work much faster there (pass --device wgpu to use the adapter anyway)"
+                ));
+            }
+            OpenedDevice {
+                device: Device::wgpu(DeviceKind::DefaultDevice),
+                description: format!("wgpu, adapter: {adapter}"),
+                is_gpu,
+            }
         }
         // burn 0.22 deprecates ndarray in favour of flex; our users asked for both.
         #[allow(deprecated)]
-        DeviceChoice::Ndarray => (Device::ndarray(), "ndarray (CPU)".to_string()),
-        DeviceChoice::Flex => (Device::flex(), "flex (CPU)".to_string()),
+        DeviceChoice::Ndarray => OpenedDevice {
+            device: Device::ndarray(),
+            description: "ndarray (CPU)".into(),
+            is_gpu: false,
+        },
+        DeviceChoice::Flex => OpenedDevice {
+            device: Device::flex(),
+            description: "flex (CPU)".into(),
+            is_gpu: false,
+        },
     };
-    Ok(OpenedDevice {
-        device,
-        description,
-    })
+    Ok(opened)
 }
 
-/// Opens the chosen device; if wgpu has no adapter, says so on stderr and opens flex instead.
+/// Opens the chosen device; if that fails (wgpu without an adapter, or `Auto` without a GPU),
+/// says why on stderr and opens flex instead.
 pub fn open_or_cpu(choice: DeviceChoice) -> OpenedDevice {
     open(choice).unwrap_or_else(|reason| {
-        eprintln!("notice: {reason}; falling back to the CPU (flex)");
+        eprintln!("notice: {reason}; running on the CPU (flex)");
         open(DeviceChoice::Flex).expect("flex needs no adapter")
     })
 }

@@ -29,6 +29,17 @@ pub struct TokenTaggerConfig {
 }
 
 /// See the [module docs](self).
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional::LearnedConfig;
+/// use burn_positional::tagger::TokenTaggerConfig;
+///
+/// let device = Device::flex();
+/// let model = TokenTaggerConfig::new(16, LearnedConfig::new(32).into()).with_d_model(32).init(&device);
+/// let ids = Tensor::<2, Int>::zeros([2, 10], &device);
+/// assert_eq!(model.try_forward(ids).unwrap().dims(), [2, 10, 16]); // [batch, seq, vocab_size]
+/// ```
 #[derive(Module, Debug)]
 pub struct TokenTagger {
     /// Tokens and positions.

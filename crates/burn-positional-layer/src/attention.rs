@@ -12,8 +12,10 @@
 //! over *all* tokens whose weights depend only on the tokens' contents. Position has to come
 //! from somewhere else: the embedding (sinusoidal, learned), or the scores themselves.
 //!
-//! Schemes that act on attention plug in through [`forward_with`](SelfAttention::forward_with):
-//! an additive score bias `[batch or 1, n_heads, seq, seq]` (ALiBi, T5's relative buckets).
+//! Schemes that act on attention plug in through parameters: rotary positions on queries and
+//! keys ([`SelfAttentionConfig::rope`]), a score bias the block owns
+//! ([`SelfAttentionConfig::score_bias`]: ALiBi, T5), or a score bias computed outside and passed
+//! to [`forward_with`](SelfAttention::forward_with) (one T5 table shared by every block).
 //!
 //! A causal mask breaks equivariance on its own: token `i` attends to tokens `0..=i`, so moving
 //! a token changes which tokens can see it. The mask is itself a (weak) source of position.
@@ -23,6 +25,8 @@ use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Gelu, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Device, Tensor};
+
+use crate::{Alibi, AlibiConfig, Rope, RopeConfig, T5Bias, T5BiasConfig};
 
 /// Configuration of [`SelfAttention`].
 #[derive(Config, Debug, PartialEq)]
@@ -44,6 +48,55 @@ pub struct SelfAttentionConfig {
     /// Epsilon of the layer norms.
     #[config(default = 1e-5)]
     pub norm_eps: f64,
+    /// Rotary positions on queries and keys (RoPE). None by default.
+    #[config(default = "None")]
+    pub rope: Option<RopeConfig>,
+    /// A score bias this block computes itself (ALiBi, or a T5 table of its own). None by
+    /// default; to share one T5 table across blocks, pass its bias to `forward_with` instead.
+    #[config(default = "None")]
+    pub score_bias: Option<ScoreBiasConfig>,
+}
+
+/// A score bias a block owns.
+#[derive(Config, Debug, PartialEq)]
+pub enum ScoreBiasConfig {
+    /// ALiBi (Press et al. 2022).
+    Alibi(AlibiConfig),
+    /// T5's relative buckets (Raffel et al. 2020).
+    T5(T5BiasConfig),
+}
+
+/// An initialized [`ScoreBiasConfig`].
+#[derive(Module, Debug)]
+pub enum ScoreBias {
+    /// See [`Alibi`].
+    Alibi(Alibi),
+    /// See [`T5Bias`].
+    T5(T5Bias),
+}
+
+impl ScoreBiasConfig {
+    /// Builds the bias.
+    pub fn init(&self, device: &Device) -> ScoreBias {
+        match self {
+            Self::Alibi(config) => ScoreBias::Alibi(config.init(device)),
+            Self::T5(config) => ScoreBias::T5(config.init(device)),
+        }
+    }
+}
+
+impl ScoreBias {
+    /// The bias for queries at `offset..offset + seq_q` and keys at `0..seq_k`.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[1, n_heads, seq_q, seq_k]`
+    pub fn bias(&self, offset: usize, seq_q: usize, seq_k: usize) -> Tensor<4> {
+        match self {
+            Self::Alibi(alibi) => alibi.bias(offset, seq_q, seq_k),
+            Self::T5(t5) => t5.bias(offset, seq_q, seq_k),
+        }
+    }
 }
 
 /// A pre-norm self-attention block, see the [module docs](self).
@@ -84,6 +137,10 @@ pub struct SelfAttention {
     pub n_heads: usize,
     /// Whether later tokens are masked.
     pub causal: bool,
+    /// Rotary positions on queries and keys.
+    pub rope: Option<Rope>,
+    /// The block's own score bias.
+    pub score_bias: Option<ScoreBias>,
 }
 
 /// The block's output and the attention weights that produced it.
@@ -130,6 +187,17 @@ impl SelfAttentionConfig {
             dropout: DropoutConfig::new(self.dropout).init(),
             n_heads,
             causal: self.causal,
+            rope: self.rope.as_ref().map(|rope| {
+                assert_eq!(
+                    rope.d_head,
+                    d_model / n_heads,
+                    "RopeConfig::d_head ({}) must be d_model / n_heads ({})",
+                    rope.d_head,
+                    d_model / n_heads
+                );
+                rope.init(device)
+            }),
+            score_bias: self.score_bias.as_ref().map(|bias| bias.init(device)),
         }
     }
 }
@@ -174,9 +242,17 @@ impl SelfAttention {
         let (n_heads, d_head) = (self.n_heads, d_model / self.n_heads);
         // [batch, seq, d_model] -> [batch, n_heads, seq, d_head]
         let split = |t: Tensor<3>| t.reshape([batch, seq, n_heads, d_head]).swap_dims(1, 2);
-        let q = split(self.query.forward(x.clone()));
-        let k = split(self.key.forward(x.clone()));
+        let mut q = split(self.query.forward(x.clone()));
+        let mut k = split(self.key.forward(x.clone()));
         let v = split(self.value.forward(x));
+        if let Some(rope) = &self.rope {
+            (q, k) = (rope.apply(q, 0), rope.apply(k, 0));
+        }
+        let score_bias = match (&self.score_bias, score_bias) {
+            (Some(own), Some(given)) => Some(own.bias(0, seq, seq) + given),
+            (Some(own), None) => Some(own.bias(0, seq, seq)),
+            (None, given) => given,
+        };
 
         let mut scores = q
             .matmul(k.swap_dims(2, 3))

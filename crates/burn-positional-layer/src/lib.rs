@@ -15,16 +15,24 @@
 //! `try_` twin returning [`PositionError`], whose message names the value, the limit and the fix.
 //! The panicking twins panic with that same message.
 
+mod alibi;
 mod attention;
 mod embedding;
 mod error;
 mod learned;
+mod rope;
 mod scheme;
 mod sinusoidal;
+mod t5_bias;
 
-pub use attention::{AttentionOutput, SelfAttention, SelfAttentionConfig};
+pub use alibi::{Alibi, AlibiConfig, AlibiDirection, alibi_slopes};
+pub use attention::{
+    AttentionOutput, ScoreBias, ScoreBiasConfig, SelfAttention, SelfAttentionConfig,
+};
 pub use embedding::{Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, check_token_ids};
 pub use error::PositionError;
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
+pub use rope::{Rope, RopeConfig, RopeLayout, rope_angles};
 pub use scheme::{AbsolutePosition, NoPosition, PositionSchemeConfig, Positions};
 pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_rows};
+pub use t5_bias::{T5Bias, T5BiasConfig, t5_bucket};

@@ -1,0 +1,224 @@
+//! Rotary position embedding, from [RoFormer](https://arxiv.org/abs/2104.09864) (Su et al.
+//! 2021): queries and keys are rotated pair by pair by an angle proportional to their position,
+//! so `q_i · k_j` depends on `i - j` only.
+//!
+//! ```text
+//! angle(p, j) = p * base^(-2j / rotary_dims)        for pair j in 0..rotary_dims / 2
+//! (a, b) -> (a cos - b sin, a sin + b cos)
+//! ```
+//!
+//! Two checkpoint layouts pair the dimensions differently; pick the one your weights use:
+//!
+//! | [`RopeLayout`] | pairs | used by |
+//! | --- | --- | --- |
+//! | `Interleaved` | `(x[2j], x[2j+1])` | GPT-J, Meta's LLaMA code, burn's `RotaryEncoding` |
+//! | `HalfSplit` | `(x[j], x[j + rotary_dims/2])` | GPT-NeoX, Hugging Face's `rotate_half` |
+//!
+//! Partial rotation (`rotary_dims < d_head`, as in GPT-J and GPT-NeoX) rotates the first
+//! `rotary_dims` dimensions of each head and passes the rest through. Angles are computed in
+//! f64 and rounded once, so there is no length limit and far positions stay accurate.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{Device, Tensor, TensorData};
+
+use crate::PositionError;
+
+/// Which dimensions form a rotated pair.
+#[derive(Config, Debug, PartialEq, Copy)]
+pub enum RopeLayout {
+    /// `(x[2j], x[2j+1])`: GPT-J, Meta's LLaMA code, burn's `RotaryEncoding`.
+    Interleaved,
+    /// `(x[j], x[j + rotary_dims/2])`: GPT-NeoX, Hugging Face's `rotate_half`.
+    HalfSplit,
+}
+
+/// Configuration of [`Rope`].
+#[derive(Config, Debug, PartialEq)]
+pub struct RopeConfig {
+    /// Width of one attention head.
+    pub d_head: usize,
+    /// Wavelength base (10 000 in the paper; LLaMA 3 uses 500 000).
+    #[config(default = "10_000.0")]
+    pub base: f64,
+    /// Rotate only the first `rotary_dims` dimensions of each head; all of them when `None`.
+    #[config(default = "None")]
+    pub rotary_dims: Option<usize>,
+    /// The checkpoint layout. Interleaved by default, as in the paper.
+    #[config(default = "RopeLayout::Interleaved")]
+    pub layout: RopeLayout,
+    /// Positions whose angles are precomputed; past it they are computed per call (no limit).
+    #[config(default = "4096")]
+    pub cache_len: usize,
+}
+
+/// Rotary position embedding for queries and keys. Built by [`RopeConfig::init`]; constant.
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional_layer::{RopeConfig, RopeLayout};
+///
+/// let device = Device::flex();
+/// let rope = RopeConfig::new(16).with_layout(RopeLayout::HalfSplit).init(&device);
+/// let q = Tensor::<4>::ones([2, 4, 10, 16], &device); // [batch, n_heads, seq, d_head]
+/// assert_eq!(rope.apply(q, 100_000).dims(), [2, 4, 10, 16]);
+/// ```
+#[derive(Module, Debug)]
+pub struct Rope {
+    /// `[cache_len, rotary_dims / 2]` cosines of the angles.
+    pub cos: Tensor<2>,
+    /// `[cache_len, rotary_dims / 2]` sines of the angles.
+    pub sin: Tensor<2>,
+    /// Width of one head.
+    pub d_head: usize,
+    /// Dimensions rotated.
+    pub rotary_dims: usize,
+    /// Wavelength base.
+    pub base: f64,
+    /// Pairing of dimensions.
+    #[module(skip)]
+    pub layout: RopeLayout,
+}
+
+/// `cos` and `sin` of `p * base^(-2j / rotary_dims)`, row-major `[positions, rotary_dims / 2]`,
+/// evaluated in f64 and rounded once to f32.
+pub fn rope_angles(
+    positions: std::ops::Range<u64>,
+    rotary_dims: usize,
+    base: f64,
+) -> (Vec<f32>, Vec<f32>) {
+    let frequencies: Vec<f64> = (0..rotary_dims / 2)
+        .map(|j| base.powf(-((2 * j) as f64) / rotary_dims as f64))
+        .collect();
+    let (mut cos, mut sin) = (Vec::new(), Vec::new());
+    for p in positions {
+        for &w in &frequencies {
+            let (s, c) = (p as f64 * w).sin_cos();
+            cos.push(c as f32);
+            sin.push(s as f32);
+        }
+    }
+    (cos, sin)
+}
+
+impl RopeConfig {
+    /// Checks the config: the rotated width must be even, positive and at most `d_head`.
+    pub fn validate(&self) -> Result<(), PositionError> {
+        let rotary_dims = self.rotary_dims.unwrap_or(self.d_head);
+        if rotary_dims % 2 == 1 {
+            return Err(PositionError::odd("rotary_dims", rotary_dims));
+        }
+        if rotary_dims == 0 || rotary_dims > self.d_head {
+            return Err(PositionError::InvalidConfig {
+                field: "RopeConfig::rotary_dims",
+                value: rotary_dims.to_string(),
+                rule: "rotary dimensions must lie in 1..=d_head",
+                fix: format!(
+                    "choose an even number of dimensions up to d_head = {}",
+                    self.d_head
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Builds the angle tables.
+    ///
+    /// # Panics
+    ///
+    /// If the rotated width is odd, zero or wider than `d_head`.
+    pub fn init(&self, device: &Device) -> Rope {
+        if let Err(err) = self.validate() {
+            panic!("{err}");
+        }
+        let rotary_dims = self.rotary_dims.unwrap_or(self.d_head);
+        let (cos, sin) = rope_angles(0..self.cache_len as u64, rotary_dims, self.base);
+        let shape = [self.cache_len, rotary_dims / 2];
+        Rope {
+            cos: Tensor::from_data(TensorData::new(cos, shape), device),
+            sin: Tensor::from_data(TensorData::new(sin, shape), device),
+            d_head: self.d_head,
+            rotary_dims,
+            base: self.base,
+            layout: self.layout,
+        }
+    }
+}
+
+impl Rope {
+    /// `cos` and `sin` for positions `offset..offset + seq`, each `[seq, rotary_dims / 2]`.
+    fn angles(&self, offset: usize, seq: usize) -> (Tensor<2>, Tensor<2>) {
+        let [cache_len, half] = self.cos.dims();
+        if offset + seq <= cache_len {
+            let rows = [offset..offset + seq, 0..half];
+            return (
+                self.cos.clone().slice(rows.clone()),
+                self.sin.clone().slice(rows),
+            );
+        }
+        let (cos, sin) = rope_angles(
+            offset as u64..(offset + seq) as u64,
+            self.rotary_dims,
+            self.base,
+        );
+        let device = self.cos.device();
+        (
+            Tensor::from_data(TensorData::new(cos, [seq, half]), &device),
+            Tensor::from_data(TensorData::new(sin, [seq, half]), &device),
+        )
+    }
+
+    /// Rotates queries or keys whose first token sits at position `offset`.
+    ///
+    /// # Shapes
+    ///
+    /// - x: `[batch, n_heads, seq, d_head]`
+    /// - output: `[batch, n_heads, seq, d_head]`
+    ///
+    /// # Panics
+    ///
+    /// If the last dimension of `x` is not `d_head`.
+    pub fn apply(&self, x: Tensor<4>, offset: usize) -> Tensor<4> {
+        let [batch, n_heads, seq, d_head] = x.dims();
+        assert_eq!(
+            d_head, self.d_head,
+            "rope built for d_head {} got heads {d_head} wide",
+            self.d_head
+        );
+        let (rot, half) = (self.rotary_dims, self.rotary_dims / 2);
+        let (cos, sin) = self.angles(offset, seq);
+        // [seq, half] -> [1, 1, seq, half], broadcast over batch and heads.
+        let (cos, sin) = (cos.unsqueeze::<4>(), sin.unsqueeze::<4>());
+        let rotated = x.clone().slice([0..batch, 0..n_heads, 0..seq, 0..rot]);
+        let out = match self.layout {
+            RopeLayout::Interleaved => {
+                // [.., rot] -> [.., half, 2]: a = even dims, b = odd dims.
+                let pairs = rotated.reshape([batch, n_heads, seq, half, 2]);
+                let a = pairs
+                    .clone()
+                    .slice([0..batch, 0..n_heads, 0..seq, 0..half, 0..1])
+                    .squeeze_dim::<4>(4);
+                let b = pairs
+                    .slice([0..batch, 0..n_heads, 0..seq, 0..half, 1..2])
+                    .squeeze_dim::<4>(4);
+                let ra = a.clone() * cos.clone() - b.clone() * sin.clone();
+                let rb = a * sin + b * cos;
+                Tensor::stack::<5>(vec![ra, rb], 4).reshape([batch, n_heads, seq, rot])
+            }
+            RopeLayout::HalfSplit => {
+                let a = rotated
+                    .clone()
+                    .slice([0..batch, 0..n_heads, 0..seq, 0..half]);
+                let b = rotated.slice([0..batch, 0..n_heads, 0..seq, half..rot]);
+                let ra = a.clone() * cos.clone() - b.clone() * sin.clone();
+                let rb = a * sin + b * cos;
+                Tensor::cat(vec![ra, rb], 3)
+            }
+        };
+        if rot == d_head {
+            return out;
+        }
+        let pass = x.slice([0..batch, 0..n_heads, 0..seq, rot..d_head]);
+        Tensor::cat(vec![out, pass], 3)
+    }
+}
