@@ -18,9 +18,9 @@ use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
 use burn::store::RecordError;
 
-use crate::PositionError;
 use crate::copy_back::{CopyBackBatch, CopyBackConfig};
 use crate::tagger::{TokenTagger, TokenTaggerConfig};
+use crate::{PositionError, read_record};
 
 /// Everything a training run depends on; saved as `config.json` beside the model.
 #[derive(Config, Debug, PartialEq)]
@@ -180,10 +180,8 @@ pub fn load_model(
         error: e.to_string(),
     })?;
     let path = dir.join("model.bpk");
-    let model = config
-        .model
-        .init(device)
-        .try_load_file(&path)
+    let model = read_record(&path)
+        .and_then(|record| config.model.init(device).try_load_record(record))
         .map_err(record_err(&path))?;
     Ok((config, model))
 }
@@ -203,10 +201,16 @@ pub fn train(
     let mut optim = AdamConfig::new().init();
     let mut first_step = 1;
     if let Some(dir) = checkpoint.filter(|dir| dir.join("state.json").exists()) {
+        // Read into memory: this checkpoint's files are overwritten as training goes on.
         let path = dir.join("model.bpk");
-        model = model.try_load_file(&path).map_err(record_err(&path))?;
+        model = read_record(&path)
+            .and_then(|record| model.try_load_record(record))
+            .map_err(record_err(&path))?;
         let path = dir.join("optimizer.bpk");
-        optim = optim.load(&path).map_err(record_err(&path))?;
+        let bytes = std::fs::read(&path).map_err(io_err(&path))?;
+        optim = optim
+            .from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
+            .map_err(record_err(&path))?;
         let path = dir.join("state.json");
         let state = CheckpointState::load(&path).map_err(|e| TrainingError::Io {
             path: path.clone(),

@@ -89,7 +89,17 @@ pub fn padding_row_is_zero_and_gets_no_gradient(device: &Device) {
     assert!(abs_sum(tokens.slice([4..7, 0..8])) > 0.0);
 }
 
+/// T5's bucket table is trained: gradients reach it through the score bias.
+pub fn t5_gradients_reach_the_table(device: &Device) {
+    let t5 = burn_positional::T5BiasConfig::new(4).init(device);
+    let grads = t5.bias(0, 6, 6).mul_scalar(1.5).sum().backward();
+    let grad = t5.table.grad(&grads).expect("the T5 table gets a gradient");
+    let used: f32 = grad.abs().sum().into_scalar::<f32>();
+    assert!(used > 0.0);
+}
+
 on_every_autodiff_device!(
+    t5_gradients_reach_the_table,
     gradients_reach_token_and_learned_tables,
     sinusoidal_table_is_never_trained,
     padding_row_is_zero_and_gets_no_gradient,

@@ -387,11 +387,9 @@ impl EmbeddingWithPosition {
     pub fn try_load_file(self, path: impl AsRef<std::path::Path>) -> Result<Self, PositionError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
-        let record = burn::store::ModuleRecord::load(path).map_err(|err| {
-            PositionError::RecordUnreadable {
-                path: shown.clone(),
-                detail: record_detail(err),
-            }
+        let record = read_record(path).map_err(|err| PositionError::RecordUnreadable {
+            path: shown.clone(),
+            detail: record_detail(err),
         })?;
         self.try_load_record(record)
             .map_err(|err| PositionError::RecordMismatch {
@@ -399,6 +397,21 @@ impl EmbeddingWithPosition {
                 detail: record_detail(err),
             })
     }
+}
+
+/// Reads a burnpack record (`.bpk`) into memory.
+///
+/// burn's `ModuleRecord::load` keeps tensor data file-backed and reads it lazily, on wgpu as
+/// queued work: overwrite or delete the file before that work runs (as a training loop does
+/// when it resumes from a checkpoint and later writes the next one to the same path) and the
+/// load fails later, far from its cause. Reading the bytes up front removes the hazard.
+pub fn read_record(
+    path: impl AsRef<std::path::Path>,
+) -> Result<burn::store::ModuleRecord, burn::store::RecordError> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path)
+        .map_err(|err| burn::store::RecordError::Io(format!("{}: {err}", path.display())))?;
+    burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
 }
 
 fn record_detail(err: burn::store::RecordError) -> String {

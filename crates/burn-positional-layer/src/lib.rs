@@ -29,7 +29,9 @@ pub use alibi::{Alibi, AlibiConfig, AlibiDirection, alibi_slopes};
 pub use attention::{
     AttentionOutput, ScoreBias, ScoreBiasConfig, SelfAttention, SelfAttentionConfig,
 };
-pub use embedding::{Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, check_token_ids};
+pub use embedding::{
+    Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, check_token_ids, read_record,
+};
 pub use error::PositionError;
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
 pub use rope::{Rope, RopeConfig, RopeLayout, rope_angles};
