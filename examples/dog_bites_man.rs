@@ -18,11 +18,9 @@ use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
 use burn_positional::classifier::{SequenceClassifier, SequenceClassifierConfig};
 use burn_positional::device::{DeviceChoice, open_or_cpu};
+use burn_positional::schemes::{Scheme, SchemeParts};
 use burn_positional::who_bites_whom::{self, NOUNS, token_id, vocabulary};
-use burn_positional::{
-    EmbeddingWithPositionConfig, LearnedConfig, PositionSchemeConfig, SelfAttentionConfig,
-    SinusoidalConfig,
-};
+use burn_positional::{EmbeddingWithPositionConfig, SelfAttentionConfig};
 use burn_positional_plots::{Heatmap, draw_heatmaps};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -40,6 +38,14 @@ struct Args {
     /// Folder for the picture.
     #[arg(long, default_value = "out")]
     out: PathBuf,
+    /// Schemes to compare, by name (comma-separated): none, sinusoidal, learned,
+    /// learned-from-sinusoidal, t5, rope, alibi. All of them by default.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,sinusoidal,learned,learned-from-sinusoidal,t5,rope,alibi"
+    )]
+    schemes: Vec<Scheme>,
     /// Seed for initialization and the train/held-out split.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -48,12 +54,9 @@ struct Args {
 const D_MODEL: usize = 32;
 const N_HEADS: usize = 4;
 
-fn schemes() -> Vec<(&'static str, PositionSchemeConfig)> {
-    vec![
-        ("none", PositionSchemeConfig::None),
-        ("sinusoidal", SinusoidalConfig::new().into()),
-        ("learned", LearnedConfig::new(8).into()),
-    ]
+/// Each scheme's parts for this example's blocks (learned tables of 8 rows).
+fn parts(scheme: Scheme) -> SchemeParts {
+    scheme.parts(8, N_HEADS, D_MODEL / N_HEADS)
 }
 
 fn sentence(text: &str, device: &Device) -> Tensor<2, Int> {
@@ -72,24 +75,28 @@ fn max_abs(t: Tensor<3>) -> f32 {
 }
 
 /// Parts 1 and 2: one randomly initialized attention block, each scheme.
-fn compare_outputs(device: &Device, seed: u64) {
+fn compare_outputs(device: &Device, args: &Args) {
     println!("1-2. One self-attention block (random weights) on both sentences.");
     println!("     A = \"dog bites man\", B = \"man bites dog\"; largest absolute difference:\n");
     println!(
-        "     {:<11} | {:>22} | {:>22}",
+        "     {:<23} | {:>22} | {:>22}",
         "scheme", "B rows vs A rows swapped", "mean-pooled B vs A"
     );
-    for (name, scheme) in schemes() {
-        device.seed(seed);
+    for &scheme in &args.schemes {
+        let (name, parts) = (scheme.to_string(), parts(scheme));
+        device.seed(args.seed);
         let embed = EmbeddingWithPositionConfig::new(vocabulary().len(), D_MODEL)
-            .with_scheme(scheme)
+            .with_scheme(parts.embedding)
             .init(device);
-        let block = SelfAttentionConfig::new(D_MODEL, N_HEADS).init(device);
+        let block = SelfAttentionConfig::new(D_MODEL, N_HEADS)
+            .with_rope(parts.rope)
+            .with_score_bias(parts.score_bias)
+            .init(device);
         let a = block.forward(embed.forward(sentence("dog bites man", device)));
         let b = block.forward(embed.forward(sentence("man bites dog", device)));
         let rows = max_abs(b.clone() - swap_first_and_last(a.clone()));
         let pooled = max_abs(b.mean_dim(1) - a.mean_dim(1));
-        println!("     {name:<11} | {rows:>24.6} | {pooled:>22.6}");
+        println!("     {name:<23} | {rows:>24.6} | {pooled:>22.6}");
     }
     println!(
         "\n     Without positions the rows are the same, only permuted (difference 0 up to float\n     \
@@ -98,7 +105,7 @@ fn compare_outputs(device: &Device, seed: u64) {
 }
 
 struct Trained {
-    name: &'static str,
+    name: String,
     model: SequenceClassifier,
     train_accuracy: f32,
     held_out_accuracy: f32,
@@ -106,27 +113,26 @@ struct Trained {
 }
 
 /// Part 3: train the classifier with one scheme.
-fn train(
-    name: &'static str,
-    scheme: PositionSchemeConfig,
-    args: &Args,
-    device: &Device,
-) -> Trained {
+fn train(scheme: Scheme, args: &Args, device: &Device) -> Trained {
     let (train_set, held_out) = who_bites_whom::split(args.seed, 5);
     let training = device.clone().autodiff();
     training.seed(args.seed);
-    let mut model = SequenceClassifierConfig::new(vocabulary().len(), NOUNS.len(), scheme)
+    let parts = parts(scheme);
+    let name = scheme.to_string();
+    let mut model = SequenceClassifierConfig::new(vocabulary().len(), NOUNS.len(), parts.embedding)
+        .with_rope(parts.rope)
+        .with_score_bias(parts.score_bias)
         .with_d_model(D_MODEL)
         .with_n_heads(N_HEADS)
         .init(&training);
     let (ids, answers) = who_bites_whom::batch(&train_set, &training);
     let mut optim = AdamConfig::new().init();
     let progress = ProgressBar::new(args.steps as u64).with_style(
-        ProgressStyle::with_template("     {prefix:<11} [{bar:30}] {pos:>4}/{len} {msg}")
+        ProgressStyle::with_template("     {prefix:<23} [{bar:30}] {pos:>4}/{len} {msg}")
             .unwrap()
             .progress_chars("=> "),
     );
-    progress.set_prefix(name);
+    progress.set_prefix(name.clone());
     let start = Instant::now();
     let mut train_accuracy = 0.0;
     for step in 0..args.steps {
@@ -184,7 +190,7 @@ fn main() {
     let device = &opened.device;
     println!("device: {}\n", opened.description);
 
-    compare_outputs(device, args.seed);
+    compare_outputs(device, &args);
 
     let (train_set, held_out) = who_bites_whom::split(args.seed, 5);
     println!(
@@ -194,17 +200,18 @@ fn main() {
         held_out.len(),
         args.steps
     );
-    let trained: Vec<Trained> = schemes()
-        .into_iter()
-        .map(|(name, scheme)| train(name, scheme, &args, device))
+    let trained: Vec<Trained> = args
+        .schemes
+        .iter()
+        .map(|&scheme| train(scheme, &args, device))
         .collect();
     println!(
-        "\n     {:<11} | {:>9} | {:>9} | {:>7}",
+        "\n     {:<23} | {:>9} | {:>9} | {:>7}",
         "scheme", "train", "held-out", "seconds"
     );
     for t in &trained {
         println!(
-            "     {:<11} | {:>7.1} % | {:>7.1} % | {:>7.1}",
+            "     {:<23} | {:>7.1} % | {:>7.1} % | {:>7.1}",
             t.name,
             100.0 * t.train_accuracy,
             100.0 * t.held_out_accuracy,
@@ -215,12 +222,19 @@ fn main() {
         "\n     Chance is 50 %: each held-out sentence's reverse is held out too, and a model blind to\n     \
          order must give both the same answer, so it is right for at most one of them.\n"
     );
+    if args.schemes.contains(&Scheme::Alibi) {
+        println!(
+            "     alibi here is the symmetric (bidirectional) variant: its bias -m|i - j| is unchanged when a\n     \
+             sentence is reversed, and \"man bites dog\" is \"dog bites man\" reversed, so it stays blind\n     \
+             to who bites. The paper's causal variant also masks later tokens, which breaks the symmetry.\n"
+        );
+    }
 
     std::fs::create_dir_all(&args.out).expect("create the output folder");
     let path = args.out.join("dog_bites_man_attention.png");
     let panels: Vec<Heatmap> = trained
         .iter()
-        .filter(|t| t.name != "learned")
+        .filter(|t| t.name == "none" || t.name == "sinusoidal")
         .flat_map(|t| attention_panels(t, device))
         .collect();
     draw_heatmaps(

@@ -14,13 +14,12 @@ use std::time::Instant;
 use burn::prelude::*;
 use burn_positional::copy_back::CopyBackConfig;
 use burn_positional::device::{DeviceChoice, open_or_cpu};
+use burn_positional::schemes::Scheme;
 use burn_positional::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional::training::{self, Metrics, TrainingConfig, TrainingError, evaluate};
-use burn_positional::{
-    AbsolutePosition, LearnedConfig, LearnedInit, PositionSchemeConfig, SinusoidalConfig,
-};
+use burn_positional::{AbsolutePosition, PositionSchemeConfig, SinusoidalConfig};
 use burn_positional_plots::{Heatmap, draw_heatmaps};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
@@ -41,7 +40,8 @@ struct Args {
 enum Command {
     /// Train one scheme; resumes from `<out>/<scheme>/checkpoint` when one is there.
     Train {
-        #[arg(long, value_enum, default_value_t = Scheme::Learned)]
+        /// none, sinusoidal, learned, learned-from-sinusoidal, t5, rope or alibi.
+        #[arg(long, default_value = "learned")]
         scheme: Scheme,
         #[command(flatten)]
         options: TrainOptions,
@@ -72,45 +72,19 @@ struct TrainOptions {
     fresh: bool,
 }
 
-#[derive(Clone, Copy, ValueEnum, PartialEq)]
-enum Scheme {
-    None,
-    Sinusoidal,
-    Learned,
-    /// A learned table that starts as the sinusoidal one.
-    LearnedFromSinusoidal,
-}
-
-impl Scheme {
-    fn name(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Sinusoidal => "sinusoidal",
-            Self::Learned => "learned",
-            Self::LearnedFromSinusoidal => "learned-from-sinusoidal",
-        }
-    }
-
-    fn config(self, max_len: usize) -> PositionSchemeConfig {
-        match self {
-            Self::None => PositionSchemeConfig::None,
-            Self::Sinusoidal => SinusoidalConfig::new().into(),
-            Self::Learned => LearnedConfig::new(max_len).into(),
-            Self::LearnedFromSinusoidal => LearnedConfig::new(max_len)
-                .with_init(LearnedInit::Sinusoidal { base: 10_000.0 })
-                .into(),
-        }
-    }
-}
-
 fn config_for(scheme: Scheme, options: &TrainOptions) -> TrainingConfig {
     let task = CopyBackConfig::new();
-    TrainingConfig::new(
-        TokenTaggerConfig::new(task.vocab_size, scheme.config(task.seq)),
-        task,
-    )
-    .with_steps(options.steps)
-    .with_freeze_tokens(options.freeze_tokens)
+    let model = TokenTaggerConfig::new(task.vocab_size, PositionSchemeConfig::None);
+    let parts = scheme.parts(task.seq, model.n_heads, model.d_model / model.n_heads);
+    let model = TokenTaggerConfig {
+        scheme: parts.embedding,
+        rope: parts.rope,
+        score_bias: parts.score_bias,
+        ..model
+    };
+    TrainingConfig::new(model, task)
+        .with_steps(options.steps)
+        .with_freeze_tokens(options.freeze_tokens)
 }
 
 struct Outcome {
@@ -126,7 +100,7 @@ fn train_one(
     device: &Device,
 ) -> Result<Outcome, TrainingError> {
     let config = config_for(scheme, options);
-    let dir = out.join(scheme.name());
+    let dir = out.join(scheme.to_string());
     let checkpoint = dir.join("checkpoint");
     if options.fresh {
         let _ = std::fs::remove_dir_all(&checkpoint);
@@ -136,7 +110,7 @@ fn train_one(
             .unwrap()
             .progress_chars("=> "),
     );
-    progress.set_prefix(scheme.name());
+    progress.set_prefix(scheme.to_string());
     let start = Instant::now();
     let mut last_valid = None;
     let model = training::train(
@@ -160,7 +134,7 @@ fn train_one(
                 // Not a terminal: print the validation lines instead of redrawing a bar.
                 println!(
                     "{:<24} step {:>4}: train loss {:.3} acc {:>5.1} % | valid loss {:.3} acc {:>5.1} %",
-                    scheme.name(),
+                    scheme.to_string(),
                     report.step,
                     report.train.loss,
                     100.0 * report.train.accuracy,
@@ -255,13 +229,13 @@ fn heatmap(title: String, values: Vec<Vec<f32>>, range: Option<(f32, f32)>) -> H
     }
 }
 
-fn draw_tables(learned: &[(&str, Tensor<2>)], out: &Path, device: &Device) {
+fn draw_tables(learned: &[(String, Tensor<2>)], out: &Path, device: &Device) {
     let n = learned[0].1.dims()[0];
     let d = learned[0].1.dims()[1];
     let sinusoidal = SinusoidalConfig::new().init(d, device).rows(0, n);
     let mut panels = Vec::new();
-    let mut all: Vec<(&str, Tensor<2>)> = learned.to_vec();
-    all.push(("sinusoidal (fixed)", sinusoidal));
+    let mut all: Vec<(String, Tensor<2>)> = learned.to_vec();
+    all.push(("sinusoidal (fixed)".into(), sinusoidal));
     println!(
         "\nsmoothness (seed 002): mean cosine similarity of neighbouring positions vs positions >= 8 apart"
     );
@@ -303,12 +277,12 @@ fn main() -> Result<(), TrainingError> {
             let config = config_for(scheme, &options);
             println!(
                 "{}: valid accuracy {:.1} % (loss {:.3}) after {} steps in {:.1} s; saved to {}",
-                scheme.name(),
+                scheme.to_string(),
                 100.0 * outcome.valid.accuracy,
                 outcome.valid.loss,
                 config.steps,
                 outcome.seconds,
-                args.out.join(scheme.name()).display()
+                args.out.join(scheme.to_string()).display()
             );
             println!(
                 "at twice the trained length ({}): {}",
@@ -336,22 +310,17 @@ fn main() -> Result<(), TrainingError> {
                 "task: copy the token {} places back; vocab {}, trained at length {}, {} steps each, same seed\n",
                 task.k, task.vocab_size, task.seq, options.steps
             );
-            let schemes = [
-                Scheme::None,
-                Scheme::Sinusoidal,
-                Scheme::Learned,
-                Scheme::LearnedFromSinusoidal,
-            ];
+            let schemes = Scheme::ALL;
             let mut rows = Vec::new();
             let mut tables = Vec::new();
             for scheme in schemes {
                 let outcome = train_one(scheme, &options, &args.out, device)?;
                 let config = config_for(scheme, &options);
                 if let Some(table) = learned_table(&outcome.model) {
-                    tables.push((scheme.name(), table));
+                    tables.push((scheme.to_string(), table));
                 }
                 rows.push((
-                    scheme.name(),
+                    scheme.to_string(),
                     outcome.valid,
                     outcome.seconds,
                     longer(&outcome.model, &config, device),

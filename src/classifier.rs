@@ -9,8 +9,8 @@ use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 
 use crate::{
-    EmbeddingWithPosition, EmbeddingWithPositionConfig, PositionSchemeConfig, SelfAttention,
-    SelfAttentionConfig,
+    EmbeddingWithPosition, EmbeddingWithPositionConfig, PositionSchemeConfig, RopeConfig,
+    ScoreBiasConfig, SelfAttention, SelfAttentionConfig,
 };
 
 /// Configuration of [`SequenceClassifier`].
@@ -31,6 +31,12 @@ pub struct SequenceClassifierConfig {
     /// Attention blocks.
     #[config(default = 1)]
     pub n_blocks: usize,
+    /// Rotary positions in every block (see [`crate::schemes`]).
+    #[config(default = "None")]
+    pub rope: Option<RopeConfig>,
+    /// A score bias in every block (ALiBi, T5).
+    #[config(default = "None")]
+    pub score_bias: Option<ScoreBiasConfig>,
 }
 
 /// See the [module docs](self).
@@ -70,7 +76,12 @@ impl SequenceClassifierConfig {
                 .with_scheme(self.scheme.clone())
                 .init(device),
             blocks: (0..self.n_blocks)
-                .map(|_| SelfAttentionConfig::new(self.d_model, self.n_heads).init(device))
+                .map(|_| {
+                    SelfAttentionConfig::new(self.d_model, self.n_heads)
+                        .with_rope(self.rope.clone())
+                        .with_score_bias(self.score_bias.clone())
+                        .init(device)
+                })
                 .collect(),
             norm: LayerNormConfig::new(self.d_model).init(device),
             head: LinearConfig::new(self.d_model, self.n_classes).init(device),

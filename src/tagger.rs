@@ -7,7 +7,7 @@ use burn::prelude::*;
 
 use crate::{
     EmbeddingWithPosition, EmbeddingWithPositionConfig, PositionError, PositionSchemeConfig,
-    Positions, SelfAttention, SelfAttentionConfig,
+    Positions, RopeConfig, ScoreBiasConfig, SelfAttention, SelfAttentionConfig,
 };
 
 /// Configuration of [`TokenTagger`].
@@ -26,6 +26,12 @@ pub struct TokenTaggerConfig {
     /// Attention blocks.
     #[config(default = 2)]
     pub n_blocks: usize,
+    /// Rotary positions in every block (see [`crate::schemes`]).
+    #[config(default = "None")]
+    pub rope: Option<RopeConfig>,
+    /// A score bias in every block (ALiBi, T5).
+    #[config(default = "None")]
+    pub score_bias: Option<ScoreBiasConfig>,
 }
 
 /// See the [module docs](self).
@@ -64,7 +70,12 @@ impl TokenTaggerConfig {
                 .with_scheme(self.scheme.clone())
                 .init(device),
             blocks: (0..self.n_blocks)
-                .map(|_| SelfAttentionConfig::new(self.d_model, self.n_heads).init(device))
+                .map(|_| {
+                    SelfAttentionConfig::new(self.d_model, self.n_heads)
+                        .with_rope(self.rope.clone())
+                        .with_score_bias(self.score_bias.clone())
+                        .init(device)
+                })
                 .collect(),
             norm: LayerNormConfig::new(self.d_model).init(device),
             head: LinearConfig::new(self.d_model, self.vocab_size).init(device),
