@@ -18,9 +18,10 @@ use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
 use burn_positional::classifier::{SequenceClassifier, SequenceClassifierConfig};
 use burn_positional::device::{DeviceChoice, open_or_cpu};
+use burn_positional::encoder::EncoderConfig;
 use burn_positional::schemes::{Scheme, SchemeParts};
 use burn_positional::who_bites_whom::{self, NOUNS, token_id, vocabulary};
-use burn_positional::{EmbeddingWithPositionConfig, SelfAttentionConfig};
+use burn_positional::{EmbeddingWithPositionConfig, PositionSchemeConfig, SelfAttentionConfig};
 use burn_positional_plots::{Heatmap, draw_heatmaps};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -117,14 +118,13 @@ fn train(scheme: Scheme, args: &Args, device: &Device) -> Trained {
     let (train_set, held_out) = who_bites_whom::split(args.seed, 5);
     let training = device.clone().autodiff();
     training.seed(args.seed);
-    let parts = parts(scheme);
     let name = scheme.to_string();
-    let mut model = SequenceClassifierConfig::new(vocabulary().len(), NOUNS.len(), parts.embedding)
-        .with_rope(parts.rope)
-        .with_score_bias(parts.score_bias)
+    let encoder = EncoderConfig::new(vocabulary().len(), PositionSchemeConfig::None)
         .with_d_model(D_MODEL)
         .with_n_heads(N_HEADS)
-        .init(&training);
+        .with_n_blocks(1)
+        .with_position(scheme, 8);
+    let mut model = SequenceClassifierConfig::new(encoder, NOUNS.len()).init(&training);
     let (ids, answers) = who_bites_whom::batch(&train_set, &training);
     let mut optim = AdamConfig::new().init();
     let progress = ProgressBar::new(args.steps as u64).with_style(

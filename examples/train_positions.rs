@@ -14,6 +14,7 @@ use std::time::Instant;
 use burn::prelude::*;
 use burn_positional::copy_back::CopyBackConfig;
 use burn_positional::device::{DeviceChoice, open_or_cpu};
+use burn_positional::encoder::EncoderConfig;
 use burn_positional::schemes::Scheme;
 use burn_positional::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional::training::{self, Metrics, TrainingConfig, TrainingError, evaluate};
@@ -74,14 +75,9 @@ struct TrainOptions {
 
 fn config_for(scheme: Scheme, options: &TrainOptions) -> TrainingConfig {
     let task = CopyBackConfig::new();
-    let model = TokenTaggerConfig::new(task.vocab_size, PositionSchemeConfig::None);
-    let parts = scheme.parts(task.seq, model.n_heads, model.d_model / model.n_heads);
-    let model = TokenTaggerConfig {
-        scheme: parts.embedding,
-        rope: parts.rope,
-        score_bias: parts.score_bias,
-        ..model
-    };
+    let encoder = EncoderConfig::new(task.vocab_size, PositionSchemeConfig::None)
+        .with_position(scheme, task.seq);
+    let model = TokenTaggerConfig::new(encoder);
     TrainingConfig::new(model, task)
         .with_steps(options.steps)
         .with_freeze_tokens(options.freeze_tokens)
@@ -172,7 +168,7 @@ fn longer(model: &TokenTagger, config: &TrainingConfig, device: &Device) -> Stri
 }
 
 fn learned_table(model: &TokenTagger) -> Option<Tensor<2>> {
-    match &model.embed.position {
+    match &model.encoder.embed.position {
         AbsolutePosition::Learned(table) => Some(table.table.val()),
         _ => None,
     }

@@ -6,6 +6,7 @@
 pub mod classifier;
 pub mod copy_back;
 pub mod device;
+pub mod encoder;
 pub mod schemes;
 pub mod tagger;
 pub mod training;

@@ -122,7 +122,7 @@ impl TrainingConfig {
         device.seed(self.seed);
         let mut model = self.model.init(device);
         if self.freeze_tokens {
-            model.embed.tokens = model.embed.tokens.set_require_grad(false);
+            model.encoder.embed.tokens = model.encoder.embed.tokens.set_require_grad(false);
         }
         model
     }

@@ -4,6 +4,7 @@
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
 use burn_positional::copy_back::CopyBackConfig;
+use burn_positional::encoder::EncoderConfig;
 use burn_positional::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional::training::{self, TrainingConfig};
 use burn_positional::{AbsolutePosition, LearnedConfig, LearnedInit, SinusoidalConfig};
@@ -13,10 +14,11 @@ fn tiny_config() -> TrainingConfig {
         .with_vocab_size(8)
         .with_seq(8)
         .with_k(2);
-    let model = TokenTaggerConfig::new(8, LearnedConfig::new(8).into())
+    let encoder = EncoderConfig::new(8, LearnedConfig::new(8).into())
         .with_d_model(16)
         .with_n_heads(2)
         .with_n_blocks(1);
+    let model = TokenTaggerConfig::new(encoder);
     TrainingConfig::new(model, task)
         .with_batch_size(8)
         .with_valid_size(8)
@@ -24,7 +26,7 @@ fn tiny_config() -> TrainingConfig {
 }
 
 fn table(model: &TokenTagger) -> TensorData {
-    let AbsolutePosition::Learned(table) = &model.embed.position else {
+    let AbsolutePosition::Learned(table) = &model.encoder.embed.position else {
         unreachable!()
     };
     table.table.val().into_data()
@@ -42,7 +44,7 @@ fn max_abs_diff(a: &TensorData, b: &TensorData) -> f32 {
 pub fn short_run_learns_positions_with_frozen_tokens(device: &Device) {
     let config = tiny_config().with_freeze_tokens(true);
     let mut model = config.init_model(device);
-    let tokens_before = model.embed.tokens.val().into_data();
+    let tokens_before = model.encoder.embed.tokens.val().into_data();
     let table_before = table(&model);
     let batch = config.task.batch(8, 8, 7, device);
     let mut optim = AdamConfig::new().init();
@@ -58,7 +60,7 @@ pub fn short_run_learns_positions_with_frozen_tokens(device: &Device) {
     let (first, last) = (losses[0], *losses.last().unwrap());
     assert!(last * 4.0 < first, "loss fell only from {first} to {last}");
     assert_eq!(
-        model.embed.tokens.val().into_data(),
+        model.encoder.embed.tokens.val().into_data(),
         tokens_before,
         "the frozen token table moved"
     );
@@ -100,8 +102,8 @@ pub fn save_reload_and_resume(device: &Device) {
     assert_eq!(loaded_config, config);
     assert_eq!(table(&loaded), table(&resumed));
     assert_eq!(
-        loaded.embed.tokens.val().into_data(),
-        resumed.embed.tokens.val().into_data()
+        loaded.encoder.embed.tokens.val().into_data(),
+        resumed.encoder.embed.tokens.val().into_data()
     );
     let batch = config.valid_batch(8, &device.clone().without_autodiff());
     assert_eq!(
