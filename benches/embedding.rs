@@ -6,7 +6,8 @@
 //! - `copy_floor`: one read and one write of a tensor of the output's size (`neg`), the
 //!   floor for any memory-bound op that produces that output.
 //!
-//! Forward plus backward (autodiff device, learned table) runs `ours_learned` beside `burn`.
+//! Forward plus backward (autodiff device, learned table) runs `ours_learned` beside `burn` and
+//! a copy floor that copies the output's size forward and back.
 //! Every timed closure ends with `device.sync()`, so queued GPU work is inside the timing.
 //! Throughput is the output's size in bytes.
 //!
@@ -160,6 +161,15 @@ fn forward_backward(c: &mut Criterion) {
                         .forward(embedding.forward(ids.clone()))
                         .sum()
                         .backward();
+                    device.sync().unwrap();
+                    grads
+                })
+            });
+            // The floor: one output-sized copy forward and one back (`neg` of a tracked tensor).
+            let output_sized = Tensor::<3>::ones([batch, seq, d_model], &device).require_grad();
+            group.bench_function(id("copy_floor"), |b| {
+                b.iter(|| {
+                    let grads = output_sized.clone().neg().sum().backward();
                     device.sync().unwrap();
                     grads
                 })
