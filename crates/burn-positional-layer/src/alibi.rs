@@ -104,16 +104,15 @@ impl Alibi {
     pub fn bias(&self, offset: usize, seq_q: usize, seq_k: usize) -> Tensor<4> {
         let [n_heads] = self.slopes.dims();
         let device = self.slopes.device();
-        // Distances query - key, [seq_q, seq_k], exact in f32 for any realistic length.
+        // Distances query - key, [seq_q, seq_k], subtracted as integers, then rounded once.
         let distance: Vec<f32> = (offset..offset + seq_q)
-            .flat_map(|i| (0..seq_k).map(move |j| i as f32 - j as f32))
+            .flat_map(|i| (0..seq_k).map(move |j| (i as i64 - j as i64) as f32))
             .map(|d| match self.direction {
                 AlibiDirection::Causal => d,
                 AlibiDirection::Symmetric => d.abs(),
             })
             .collect();
-        let distance =
-            Tensor::<2>::from_data(TensorData::new(distance.clone(), [seq_q, seq_k]), &device);
+        let distance = Tensor::<2>::from_data(TensorData::new(distance, [seq_q, seq_k]), &device);
         let slopes = self.slopes.clone().reshape([1, n_heads, 1, 1]);
         let bias = distance.unsqueeze::<4>().mul(slopes).neg(); // [1, n_heads, seq_q, seq_k]
         match self.direction {
