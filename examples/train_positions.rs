@@ -19,6 +19,7 @@ use burn_positional::schemes::Scheme;
 use burn_positional::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional::training::{self, Metrics, TrainingConfig, TrainingError, evaluate};
 use burn_positional::{AbsolutePosition, PositionSchemeConfig, SinusoidalConfig};
+use burn_positional_analysis::{cosine_matrix, neighbour_and_far_cosine};
 use burn_positional_plots::{Heatmap, draw_heatmaps};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -174,46 +175,6 @@ fn learned_table(model: &TokenTagger) -> Option<Tensor<2>> {
     }
 }
 
-/// `[n, d]` rows and their cosine similarities `[n, n]`, on the host.
-fn rows_and_cosine(table: Tensor<2>) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
-    let [n, d] = table.dims();
-    let values: Vec<f32> = table.into_data().iter::<f32>().collect();
-    let rows: Vec<Vec<f32>> = values.chunks(d).map(<[f32]>::to_vec).collect();
-    let norm = |r: &[f32]| r.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
-    let cosine = (0..n)
-        .map(|i| {
-            (0..n)
-                .map(|j| {
-                    rows[i]
-                        .iter()
-                        .zip(&rows[j])
-                        .map(|(a, b)| a * b)
-                        .sum::<f32>()
-                        / (norm(&rows[i]) * norm(&rows[j]))
-                })
-                .collect()
-        })
-        .collect();
-    (rows, cosine)
-}
-
-/// Mean cosine similarity of neighbouring positions, and of positions at least 8 apart.
-fn neighbour_and_far(cosine: &[Vec<f32>]) -> (f32, f32) {
-    let n = cosine.len();
-    let mean = |pairs: Vec<f32>| pairs.iter().sum::<f32>() / pairs.len().max(1) as f32;
-    let near = mean((0..n - 1).map(|i| cosine[i][i + 1]).collect());
-    let far = mean(
-        (0..n)
-            .flat_map(|i| {
-                (0..n)
-                    .filter(move |&j| j >= i + 8)
-                    .map(move |j| cosine[i][j])
-            })
-            .collect(),
-    );
-    (near, far)
-}
-
 fn heatmap(title: String, values: Vec<Vec<f32>>, range: Option<(f32, f32)>) -> Heatmap {
     Heatmap {
         title,
@@ -236,8 +197,11 @@ fn draw_tables(learned: &[(String, Tensor<2>)], out: &Path, device: &Device) {
         "\nsmoothness (seed 002): mean cosine similarity of neighbouring positions vs positions >= 8 apart"
     );
     for (name, table) in &all {
-        let (rows, cosine) = rows_and_cosine(table.clone());
-        let (near, far) = neighbour_and_far(&cosine);
+        let [_, d] = table.dims();
+        let values: Vec<f32> = table.clone().into_data().iter::<f32>().collect();
+        let rows: Vec<Vec<f32>> = values.chunks(d).map(<[f32]>::to_vec).collect();
+        let (near, far) = neighbour_and_far_cosine(&rows, 8);
+        let cosine = cosine_matrix(&rows);
         println!("  {name:<28} neighbours {near:>6.3}   far {far:>6.3}");
         panels.push(heatmap(
             format!("{name}: table [position, dim]"),

@@ -91,6 +91,14 @@ pub fn shift_map_residual(table: &[Vec<f32>], k: usize) -> f64 {
     (x * w - &y).norm() / y.norm()
 }
 
+/// Cosine similarity of every pair of positions, `[n, n]` (for pictures).
+pub fn cosine_matrix(table: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    table
+        .iter()
+        .map(|a| table.iter().map(|b| cosine(a, b) as f32).collect())
+        .collect()
+}
+
 fn norm(a: &[f32]) -> f64 {
     a.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt()
 }
@@ -163,6 +171,11 @@ mod tests {
             near > far,
             "neighbours {near} not closer than far positions {far}"
         );
+    }
+
+    fn cosine_of(a: &[f32], b: &[f32]) -> f64 {
+        let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+        dot / (norm(a) * norm(b))
     }
 
     #[test]
