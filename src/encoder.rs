@@ -7,7 +7,7 @@ use burn::prelude::*;
 
 use crate::schemes::Scheme;
 use crate::{
-    EmbeddingWithPosition, EmbeddingWithPositionConfig, PositionError, PositionSchemeConfig,
+    Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, PositionError, PositionSchemeConfig,
     Positions, RopeConfig, ScoreBiasConfig, SelfAttention, SelfAttentionConfig,
 };
 
@@ -18,9 +18,12 @@ pub struct EncoderConfig {
     pub vocab_size: usize,
     /// The embedding's position scheme.
     pub scheme: PositionSchemeConfig,
-    /// Width of the token vectors.
+    /// Width of the embedding's output.
     #[config(default = 64)]
     pub d_model: usize,
+    /// Add token and position vectors (default), or concatenate them (seed 001).
+    #[config(default = "Combine::Add")]
+    pub combine: Combine,
     /// Heads per block.
     #[config(default = 4)]
     pub n_heads: usize,
@@ -71,6 +74,7 @@ impl EncoderConfig {
         Encoder {
             embed: EmbeddingWithPositionConfig::new(self.vocab_size, self.d_model)
                 .with_scheme(self.scheme.clone())
+                .with_combine(self.combine.clone())
                 .init(device),
             blocks: (0..self.n_blocks).map(|_| block.init(device)).collect(),
             norm: LayerNormConfig::new(self.d_model).init(device),

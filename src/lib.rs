@@ -7,6 +7,7 @@ pub mod classifier;
 pub mod copy_back;
 pub mod device;
 pub mod encoder;
+pub mod properties;
 pub mod schemes;
 pub mod tagger;
 pub mod training;

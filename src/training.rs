@@ -84,7 +84,7 @@ pub struct CheckpointState {
 }
 
 /// Loss and accuracy on one set.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Metrics {
     /// Mean cross-entropy.
     pub loss: f32,

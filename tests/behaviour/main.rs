@@ -30,6 +30,7 @@ mod bad_input;
 mod equivariance;
 mod gradients;
 mod positions;
+mod properties;
 mod records;
 mod sinusoidal;
 mod training;

@@ -1,5 +1,6 @@
 //! PNG pictures of what position schemes do, drawn with [plotters](https://docs.rs/plotters):
-//! grids of labelled heatmaps (attention weights, position tables, similarity matrices).
+//! grids of labelled heatmaps (attention weights, position tables, similarity matrices), and
+//! grids of line, point and arrow charts ([`draw_charts`]).
 //!
 //! Text uses DejaVu Sans, embedded in the binary, so drawing needs no system fonts.
 
@@ -10,6 +11,10 @@ use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{FontStyle, register_font};
+
+mod charts;
+
+pub use charts::{Chart, Series, SeriesKind, draw_charts};
 
 /// Why a picture could not be drawn.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +43,25 @@ pub enum PlotError {
         /// Column labels given.
         col_labels: usize,
     },
+    /// A chart's data or layout cannot be drawn (see [`draw_charts`]); nothing was written.
+    #[error("{}", describe_data(.title, .series, .detail))]
+    Data {
+        /// The panel's title (the overall title when the problem is not one panel's).
+        title: String,
+        /// The series' name (`#index (unnamed)` when it has none); empty when the problem is
+        /// not one series'.
+        series: String,
+        /// What is wrong, with the offending value and how to fix it.
+        detail: String,
+    },
+}
+
+fn describe_data(title: &str, series: &str, detail: &str) -> String {
+    if series.is_empty() {
+        format!("chart {title:?}: {detail}")
+    } else {
+        format!("chart {title:?}, series {series:?}: {detail}")
+    }
 }
 
 /// One heatmap: a title, labels, and `values[row][col]`.
