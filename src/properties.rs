@@ -350,8 +350,13 @@ pub struct PropertyRow {
     /// Smooth: mean distance between positions at least `N / 4` apart.
     pub smooth_far_distance: f64,
     /// Relative-aware: residual of the best fixed linear map from `sig(p)` to `sig(p + 1)`
-    /// over `0..N` (`None` for score biases, and for "none", which has no vectors).
+    /// over `0..reach·N` (`0..N` for learned tables), or `None` with the reason in
+    /// [`Self::relative_shift_note`].
     pub relative_shift_residual: Option<f64>,
+    /// Why there is no shift-map residual: score biases are per distance already, "none" has
+    /// no vectors, and a table with no more rows than columns fits any map
+    /// ([`analysis::shift_map_residual`]).
+    pub relative_shift_note: Option<String>,
     /// Relative-aware: how much scores over `0..N` depend on absolute position rather than on
     /// the offset alone ([`analysis::toeplitz_deviation`]; 0 = only the offset matters).
     pub relative_score_dependence: f64,
@@ -425,8 +430,18 @@ pub fn measure(
     };
     let (smooth_neighbour_distance, smooth_far_distance) =
         analysis::neighbour_and_far_distance(&within, config.far());
-    let has_vectors = !matches!(probe.probe, Probe::Bias(_))
-        && within.iter().flatten().any(|&v| v != 0.0);
+    let shift_rows = probe.signatures(0..reach).unwrap_or_else(|_| within.clone());
+    let width = within[0].len();
+    let (relative_shift_residual, relative_shift_note) = if matches!(probe.probe, Probe::Bias(_)) {
+        (None, Some("score bias: its signatures are per distance".to_string()))
+    } else if within.iter().flatten().all(|&v| v == 0.0) {
+        (None, Some("no position vectors".to_string()))
+    } else if shift_rows.len() - 1 <= width {
+        let note = format!("{} rows ≤ {width} wide: any table fits", shift_rows.len());
+        (None, Some(note))
+    } else {
+        (Some(analysis::shift_map_residual(&shift_rows, 1)), None)
+    };
     Ok(PropertyRow {
         scheme: probe.label.clone(),
         signature: probe.signature_kind().to_string(),
@@ -439,7 +454,8 @@ pub fn measure(
         generalizable,
         smooth_neighbour_distance,
         smooth_far_distance,
-        relative_shift_residual: has_vectors.then(|| analysis::shift_map_residual(&within, 1)),
+        relative_shift_residual,
+        relative_shift_note,
         relative_score_dependence: analysis::toeplitz_deviation(&probe.scores(0, n)?),
     })
 }
@@ -482,7 +498,7 @@ pub fn markdown(rows: &[PropertyRow], config: &PropertiesConfig) -> String {
             .collect();
         let g = &row.generalizable;
         let past = match &g.error {
-            Some(error) => format!("error: {}", error.split(':').next().unwrap_or(error)),
+            Some(error) => format!("error: {}", error.split(". Fix").next().unwrap_or(error)),
             None => format!(
                 "{} of {reach} distinct; closest past {n}: {}",
                 g.distinct.unwrap_or(0),
@@ -508,7 +524,10 @@ pub fn markdown(rows: &[PropertyRow], config: &PropertiesConfig) -> String {
             past,
             number(row.smooth_neighbour_distance),
             number(row.smooth_far_distance),
-            row.relative_shift_residual.map_or("n/a".into(), number),
+            row.relative_shift_residual.map_or_else(
+                || format!("n/a ({})", row.relative_shift_note.as_deref().unwrap_or("")),
+                number
+            ),
             number(row.relative_score_dependence),
         ));
     }

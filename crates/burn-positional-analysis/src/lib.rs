@@ -75,7 +75,9 @@ pub fn neighbour_and_far_cosine(table: &[Vec<f32>], far: usize) -> (f64, f64) {
 /// least-squares residual `||X W - Y|| / ||Y||` (Frobenius norms), with `X` the rows `0..n-k`
 /// and `Y` the rows `k..n`. Zero means "shifting by `k` is one fixed linear map", which seed
 /// 002 claims for sinusoidal positions (it is a rotation); a table with no such structure and
-/// more rows than columns leaves a large residual.
+/// more rows than columns leaves a large residual. With `n - k` rows or fewer than columns the
+/// question is empty: a map fitting any linearly independent rows exists, so every table
+/// scores zero. Measure over more positions than the table is wide.
 ///
 /// # Panics
 ///
@@ -169,6 +171,9 @@ pub struct Collision {
     pub first: (usize, usize),
     /// The second combination, `(token, position)`.
     pub second: (usize, usize),
+    /// The closest two combinations of *different* tokens (seed 000's case: token A at one
+    /// position against token B at another), as `(distance, first, second)`.
+    pub different_tokens: (f64, (usize, usize), (usize, usize)),
     /// Mean distance over every pair of distinct combinations: what "typical" means.
     pub mean_distance: f64,
     /// The closest two token vectors (the closest pair at one shared position).
@@ -208,12 +213,16 @@ pub fn closest_combination(tokens: &[Vec<f32>], positions: &[Vec<f32>]) -> Colli
     let block = 256;
     let blocks: Vec<usize> = (0..m).step_by(block).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    // Per thread: (best squared distance, i, j, sum of distances).
-    let results: Vec<(f64, usize, usize, f64)> = std::thread::scope(|scope| {
+    // Per thread: the best pair, the best pair of different tokens (squared distance, i, j),
+    // and the sum of distances.
+    type Best = (f64, usize, usize);
+    let results: Vec<(Best, Best, f64)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
-                    let mut best = (f64::INFINITY, 0, 1, 0.0);
+                    let mut best: Best = (f64::INFINITY, 0, 1);
+                    let mut different: Best = (f64::INFINITY, 0, 1);
+                    let mut sum = 0.0;
                     loop {
                         let b = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(&start) = blocks.get(b) else { break };
@@ -228,28 +237,43 @@ pub fn closest_combination(tokens: &[Vec<f32>], positions: &[Vec<f32>]) -> Colli
                             for j in i + 1..m {
                                 let sq =
                                     (norms[i] + norms[j] - 2.0 * column[j - start]).max(0.0);
-                                best.3 += sq.sqrt();
+                                sum += sq.sqrt();
                                 if sq < best.0 {
-                                    best = (sq, i, j, best.3);
+                                    best = (sq, i, j);
+                                }
+                                if sq < different.0 && i / n != j / n {
+                                    different = (sq, i, j);
                                 }
                             }
                         }
                     }
-                    best
+                    (best, different, sum)
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("worker")).collect()
     });
-    let total: f64 = results.iter().map(|r| r.3).sum();
-    let &(_, i, j, _) = results
-        .iter()
-        .min_by(|a, b| a.0.total_cmp(&b.0))
-        .expect("at least one worker");
-    let exact = (0..d)
-        .map(|c| (combos[(i, c)] - combos[(j, c)]).powi(2))
-        .sum::<f64>()
-        .sqrt();
+    let total: f64 = results.iter().map(|r| r.2).sum();
+    let pick = |which: fn(&(Best, Best, f64)) -> Best| {
+        results
+            .iter()
+            .map(which)
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .expect("at least one worker")
+    };
+    let exact = |i: usize, j: usize| {
+        (0..d)
+            .map(|c| (combos[(i, c)] - combos[(j, c)]).powi(2))
+            .sum::<f64>()
+            .sqrt()
+    };
+    let (_, i, j) = pick(|r| r.0);
+    let (best_different, k, l) = pick(|r| r.1);
+    let different_tokens = if best_different.is_finite() {
+        (exact(k, l), (k / n, k % n), (l / n, l % n))
+    } else {
+        (f64::INFINITY, (0, 0), (0, 0))
+    };
     let closest_of = |rows: &[Vec<f32>]| {
         if rows.len() < 2 {
             f64::INFINITY
@@ -258,9 +282,10 @@ pub fn closest_combination(tokens: &[Vec<f32>], positions: &[Vec<f32>]) -> Colli
         }
     };
     Collision {
-        distance: exact,
+        distance: exact(i, j),
         first: (i / n, i % n),
         second: (j / n, j % n),
+        different_tokens,
         mean_distance: total / (m * (m - 1) / 2) as f64,
         closest_tokens: closest_of(tokens),
         closest_positions: closest_of(positions),
@@ -350,9 +375,10 @@ mod tests {
         );
     }
 
-    fn cosine_of(a: &[f32], b: &[f32]) -> f64 {
-        let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
-        dot / (norm(a) * norm(b))
+
+    #[test]
+    fn with_fewer_rows_than_columns_any_table_fits() {
+        assert!(shift_map_residual(&random(20, 32), 1) < 1e-9);
     }
 
     #[test]
@@ -419,6 +445,7 @@ mod tests {
         assert_eq!((found.first, found.second), ((0, 1), (1, 2)));
         assert_eq!(found.combinations, 6);
         assert_eq!(found.closest_tokens, 0.5);
+        assert_eq!(found.different_tokens, (0.0, (0, 1), (1, 2)));
     }
 
     #[test]
@@ -437,6 +464,16 @@ mod tests {
             })
             .collect();
         let (closest, (i, j)) = min_pairwise_distance(&combos);
+        let n = positions.len();
+        let mut different = (f64::INFINITY, 0, 0);
+        for a in 0..combos.len() {
+            for b in a + 1..combos.len() {
+                let dist = distance(&combos[a], &combos[b]);
+                if a / n != b / n && dist < different.0 {
+                    different = (dist, a, b);
+                }
+            }
+        }
         let (mut sum, mut pairs) = (0.0, 0);
         for a in 0..combos.len() {
             for b in a + 1..combos.len() {
@@ -445,8 +482,13 @@ mod tests {
             }
         }
         let found = closest_combination(&tokens, &positions);
-        let n = positions.len();
         assert!((found.distance - closest).abs() < 1e-6, "{found:?} vs {closest}");
+        let (dist, a, b) = different;
+        assert!((found.different_tokens.0 - dist).abs() < 1e-6);
+        assert_eq!(
+            (found.different_tokens.1, found.different_tokens.2),
+            ((a / n, a % n), (b / n, b % n))
+        );
         assert_eq!((found.first, found.second), ((i / n, i % n), (j / n, j % n)));
         assert!((found.mean_distance - sum / pairs as f64).abs() < 1e-9 * sum);
     }
