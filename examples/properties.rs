@@ -30,7 +30,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 #[derive(Parser)]
-#[command(about = "Measure what each position scheme does; write tables (Markdown, JSON) and pictures")]
+#[command(
+    about = "Measure what each position scheme does; write tables (Markdown, JSON) and pictures"
+)]
 struct Args {
     /// Device: auto (wgpu on a GPU, else flex), wgpu, ndarray or flex; also read from
     /// BURN_DEVICE. Falls back to flex with a notice when wgpu has no adapter.
@@ -74,7 +76,10 @@ fn write(path: &Path, text: &str) {
 }
 
 fn write_json(path: &Path, value: &impl Serialize) {
-    write(path, &serde_json::to_string_pretty(value).expect("serializable"));
+    write(
+        path,
+        &serde_json::to_string_pretty(value).expect("serializable"),
+    );
 }
 
 /// The copy-back training config of the training example, for `scheme` combined as `combine`.
@@ -151,12 +156,15 @@ fn report(args: &Args, device: &Device, main_name: &str) -> Result<(), TrainingE
         "\n== Seed 002's properties: d_model {}, {} heads, N = {n} positions, probed to {reach} ==",
         config.d_model, config.n_heads
     );
-    let others: Vec<(String, Result<Device, String>)> =
-        [DeviceChoice::Flex, DeviceChoice::Ndarray, DeviceChoice::Wgpu]
-            .into_iter()
-            .filter(|choice| choice.to_string() != main_name)
-            .map(|choice| (choice.to_string(), open(choice).map(|opened| opened.device)))
-            .collect();
+    let others: Vec<(String, Result<Device, String>)> = [
+        DeviceChoice::Flex,
+        DeviceChoice::Ndarray,
+        DeviceChoice::Wgpu,
+    ]
+    .into_iter()
+    .filter(|choice| choice.to_string() != main_name)
+    .map(|choice| (choice.to_string(), open(choice).map(|opened| opened.device)))
+    .collect();
     let mut probes: Vec<SchemeProbe> = Scheme::ALL
         .iter()
         .map(|&scheme| SchemeProbe::init(scheme, &config, device))
@@ -168,8 +176,17 @@ fn report(args: &Args, device: &Device, main_name: &str) -> Result<(), TrainingE
         );
         for scheme in [Scheme::Learned, Scheme::LearnedFromSinusoidal, Scheme::T5] {
             let label = format!("{scheme} (trained)");
-            let (model, _) = train(&label, &training_config(scheme, Combine::Add, args.steps), device)?;
-            probes.push(SchemeProbe::from_encoder(scheme, label, &model.encoder, &config));
+            let (model, _) = train(
+                &label,
+                &training_config(scheme, Combine::Add, args.steps),
+                device,
+            )?;
+            probes.push(SchemeProbe::from_encoder(
+                scheme,
+                label,
+                &model.encoder,
+                &config,
+            ));
         }
     }
     let progress = bar(probes.len(), "measuring");
@@ -234,7 +251,10 @@ fn draw_report_pictures(probes: &[SchemeProbe], config: &PropertiesConfig, out: 
             let scores = probe.scores(0, n).expect("positions 0..N");
             maps.push(heatmap(
                 format!("{}: bias(q, k), head mean", probe.label),
-                scores.iter().map(|r| r.iter().map(|&v| v as f32).collect()).collect(),
+                scores
+                    .iter()
+                    .map(|r| r.iter().map(|&v| v as f32).collect())
+                    .collect(),
             ));
         } else {
             maps.push(heatmap(
@@ -248,13 +268,21 @@ fn draw_report_pictures(probes: &[SchemeProbe], config: &PropertiesConfig, out: 
             .map(|k| (0..span - k).map(|p| scores[p][p + k]).collect())
             .collect();
         let line = |f: &dyn Fn(&[f64]) -> f64| -> Vec<(f64, f64)> {
-            per_offset.iter().enumerate().map(|(k, v)| (k as f64, f(v))).collect()
+            per_offset
+                .iter()
+                .enumerate()
+                .map(|(k, v)| (k as f64, f(v)))
+                .collect()
         };
         charts.push(
             Chart::new(
                 format!("{}", probe.label),
                 "distance k = q - p".to_string(),
-                if bias { "bias".to_string() } else { "dot product".to_string() },
+                if bias {
+                    "bias".to_string()
+                } else {
+                    "dot product".to_string()
+                },
             )
             .with_series(Series::line(
                 "mean over p",
@@ -492,21 +520,23 @@ fn draw_collisions(
         Series::points("tokens", vec![point(&tokens[0]), point(&tokens[1])], 0)
             .with_labels(["A", "B"]),
     )
+    .with_series(Series::arrows(
+        "+ position",
+        vec![
+            point(&tokens[0]),
+            point(&add(&tokens[0], &made_up[1])),
+            point(&tokens[1]),
+            point(&add(&tokens[1], &made_up[2])),
+        ],
+        1,
+    ))
     .with_series(
-        Series::arrows(
-            "+ position",
-            vec![
-                point(&tokens[0]),
-                point(&add(&tokens[0], &made_up[1])),
-                point(&tokens[1]),
-                point(&add(&tokens[1], &made_up[2])),
-            ],
-            1,
-        ),
-    )
-    .with_series(
-        Series::points("combinations", vec![point(&add(&tokens[0], &made_up[1]))], 3)
-            .with_labels(["A+PE(1) = B+PE(2)"]),
+        Series::points(
+            "combinations",
+            vec![point(&add(&tokens[0], &made_up[1]))],
+            3,
+        )
+        .with_labels(["A+PE(1) = B+PE(2)"]),
     );
     // Every combination at d_model = 2 with sinusoidal positions, closest pair marked.
     let config = PropertiesConfig::new().with_d_model(2).with_n_heads(1);
@@ -515,13 +545,21 @@ fn draw_collisions(
     let embed = burn_positional::EmbeddingWithPositionConfig::new(two.vocab, 2).init(device);
     let table: Vec<f32> = embed.tokens.val().into_data().iter::<f32>().collect();
     let pe = sinusoid_rows(0..config.length as u64, 2, 10_000.0);
-    let combo = |t: usize, p: usize| (table[2 * t] as f64 + pe[2 * p] as f64, table[2 * t + 1] as f64 + pe[2 * p + 1] as f64);
+    let combo = |t: usize, p: usize| {
+        (
+            table[2 * t] as f64 + pe[2 * p] as f64,
+            table[2 * t + 1] as f64 + pe[2 * p + 1] as f64,
+        )
+    };
     let all: Vec<(f64, f64)> = (0..two.vocab)
         .flat_map(|t| (0..config.length).map(move |p| (t, p)))
         .map(|(t, p)| combo(t, p))
         .collect();
     let scatter = Chart::new(
-        format!("d_model 2: {} tokens x {} sinusoidal positions", two.vocab, config.length),
+        format!(
+            "d_model 2: {} tokens x {} sinusoidal positions",
+            two.vocab, config.length
+        ),
         "dim 0".to_string(),
         "dim 1".to_string(),
     )
@@ -529,7 +567,10 @@ fn draw_collisions(
     .with_series(
         Series::points(
             "closest pair",
-            vec![combo(two.first.0, two.first.1), combo(two.second.0, two.second.1)],
+            vec![
+                combo(two.first.0, two.first.1),
+                combo(two.second.0, two.second.1),
+            ],
             3,
         )
         .with_labels(vec![
@@ -557,9 +598,21 @@ fn draw_collisions(
         "distance".to_string(),
     )
     .with_log_y(true)
-    .with_series(Series::line("closest, sinusoidal", curve("sinusoidal", &|r| r.distance), 0))
-    .with_series(Series::line("closest, learned", curve("learned", &|r| r.distance), 1))
-    .with_series(Series::line("mean, sinusoidal", curve("sinusoidal", &|r| r.mean_distance), 2));
+    .with_series(Series::line(
+        "closest, sinusoidal",
+        curve("sinusoidal", &|r| r.distance),
+        0,
+    ))
+    .with_series(Series::line(
+        "closest, learned",
+        curve("learned", &|r| r.distance),
+        1,
+    ))
+    .with_series(Series::line(
+        "mean, sinusoidal",
+        curve("sinusoidal", &|r| r.mean_distance),
+        2,
+    ));
     draw_charts(
         out.join("collisions.png"),
         "Seed 000: do different (token, position) combinations collide?",
@@ -577,9 +630,27 @@ fn add_vs_concat(args: &Args, device: &Device, main_name: &str) -> Result<(), Tr
     let d_model = EncoderConfig::new(1, PositionSchemeConfig::None).d_model;
     let combines = [
         ("add", Combine::Add),
-        ("concat 48+16", Combine::Concat { d_token: 48, d_position: 16 }),
-        ("concat 32+32", Combine::Concat { d_token: 32, d_position: 32 }),
-        ("concat 16+48", Combine::Concat { d_token: 16, d_position: 48 }),
+        (
+            "concat 48+16",
+            Combine::Concat {
+                d_token: 48,
+                d_position: 16,
+            },
+        ),
+        (
+            "concat 32+32",
+            Combine::Concat {
+                d_token: 32,
+                d_position: 32,
+            },
+        ),
+        (
+            "concat 16+48",
+            Combine::Concat {
+                d_token: 16,
+                d_position: 48,
+            },
+        ),
     ];
     println!(
         "\n== Seed 001: add or concatenate, at d_model {d_model}, on copy-back, {} steps each ==",
@@ -617,7 +688,13 @@ fn add_vs_concat(args: &Args, device: &Device, main_name: &str) -> Result<(), Tr
         write!(text, "| {step} |").unwrap();
         for h in &histories {
             let valid = h.steps[step - 1].2.expect("validated at the same steps");
-            write!(text, " {:.3} / {:.1} % |", valid.loss, 100.0 * valid.accuracy).unwrap();
+            write!(
+                text,
+                " {:.3} / {:.1} % |",
+                valid.loss,
+                100.0 * valid.accuracy
+            )
+            .unwrap();
         }
         text.push('\n');
     }
@@ -663,8 +740,12 @@ fn add_vs_concat(args: &Args, device: &Device, main_name: &str) -> Result<(), Tr
         args.out.join("add_vs_concat.png"),
         "Seed 001: add versus concatenate (validation, every 50 steps)",
         &[
-            chart("validation accuracy", "accuracy", false, &|m| m.accuracy as f64),
-            chart("validation loss", "cross-entropy", true, &|m| (m.loss as f64).max(1e-6)),
+            chart("validation accuracy", "accuracy", false, &|m| {
+                m.accuracy as f64
+            }),
+            chart("validation loss", "cross-entropy", true, &|m| {
+                (m.loss as f64).max(1e-6)
+            }),
         ],
         2,
         (620, 440),

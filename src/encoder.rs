@@ -7,8 +7,9 @@ use burn::prelude::*;
 
 use crate::schemes::Scheme;
 use crate::{
-    Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, PositionError, PositionSchemeConfig,
-    Positions, RopeConfig, ScoreBiasConfig, SelfAttention, SelfAttentionConfig,
+    Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, PositionError,
+    PositionSchemeConfig, Positions, RopeConfig, ScoreBiasConfig, SelfAttention,
+    SelfAttentionConfig,
 };
 
 /// Configuration of [`Encoder`].

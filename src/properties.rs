@@ -156,11 +156,12 @@ impl SchemeProbe {
     /// trained values copied through the host.
     pub fn to_device(&self, device: &Device) -> Self {
         let mut moved = Self::init(self.scheme, &self.config, device);
-        let copy = |table: &Param<Tensor<2>>| {
-            Param::from_data(table.val().into_data(), device)
-        };
+        let copy = |table: &Param<Tensor<2>>| Param::from_data(table.val().into_data(), device);
         match (&self.probe, &mut moved.probe) {
-            (Probe::Absolute(AbsolutePosition::Learned(from)), Probe::Absolute(AbsolutePosition::Learned(to))) => {
+            (
+                Probe::Absolute(AbsolutePosition::Learned(from)),
+                Probe::Absolute(AbsolutePosition::Learned(to)),
+            ) => {
                 to.table = copy(&from.table);
             }
             (Probe::Bias(ScoreBias::T5(from)), Probe::Bias(ScoreBias::T5(to))) => {
@@ -262,7 +263,10 @@ impl SchemeProbe {
                     .collect())
             }
             Probe::Rope(rope) => {
-                let (q, k) = (self.rotated(rope, offset, n, 0), self.rotated(rope, offset, n, 1));
+                let (q, k) = (
+                    self.rotated(rope, offset, n, 0),
+                    self.rotated(rope, offset, n, 1),
+                );
                 Ok((0..n)
                     .map(|p| {
                         (0..n)
@@ -273,7 +277,10 @@ impl SchemeProbe {
             }
             Probe::Bias(bias) => {
                 let heads = self.config.n_heads as f64;
-                let all = bias.bias(offset, n, offset + n).sum_dim(1).reshape([n as i32, -1]);
+                let all = bias
+                    .bias(offset, n, offset + n)
+                    .sum_dim(1)
+                    .reshape([n as i32, -1]);
                 Ok(to_host(all)
                     .into_iter()
                     .map(|row| row[offset..].iter().map(|&v| v as f64 / heads).collect())
@@ -430,10 +437,15 @@ pub fn measure(
     };
     let (smooth_neighbour_distance, smooth_far_distance) =
         analysis::neighbour_and_far_distance(&within, config.far());
-    let shift_rows = probe.signatures(0..reach).unwrap_or_else(|_| within.clone());
+    let shift_rows = probe
+        .signatures(0..reach)
+        .unwrap_or_else(|_| within.clone());
     let width = within[0].len();
     let (relative_shift_residual, relative_shift_note) = if matches!(probe.probe, Probe::Bias(_)) {
-        (None, Some("score bias: its signatures are per distance".to_string()))
+        (
+            None,
+            Some("score bias: its signatures are per distance".to_string()),
+        )
     } else if within.iter().flatten().all(|&v| v == 0.0) {
         (None, Some("no position vectors".to_string()))
     } else if shift_rows.len() - 1 <= width {
@@ -551,7 +563,11 @@ pub fn closest_combination(
     device: &Device,
 ) -> Result<analysis::Collision, PositionError> {
     device.seed(config.seed);
-    let parts = scheme.parts(config.length, config.n_heads, config.d_model / config.n_heads);
+    let parts = scheme.parts(
+        config.length,
+        config.n_heads,
+        config.d_model / config.n_heads,
+    );
     let embed = crate::EmbeddingWithPositionConfig::new(vocab, config.d_model)
         .with_scheme(parts.embedding)
         .try_init(device)?;

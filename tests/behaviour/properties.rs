@@ -19,7 +19,10 @@ fn scores_depend_on_absolute_position_only_for_learned_tables(device: &Device) {
         assert!(dependence < 1e-4, "{scheme}: score dependence {dependence}");
     }
     let learned = row(Scheme::Learned, device).relative_score_dependence;
-    assert!(learned > 0.3, "random learned table: dependence only {learned}");
+    assert!(
+        learned > 0.3,
+        "random learned table: dependence only {learned}"
+    );
 }
 
 /// The shift from `p` to `p + 1` is one fixed rotation for sinusoidal vectors and for RoPE's
@@ -27,13 +30,21 @@ fn scores_depend_on_absolute_position_only_for_learned_tables(device: &Device) {
 /// rows than columns has no such map; with fewer, any table fits, and the row says so.
 fn shift_map_residual_is_zero_for_rotations_and_large_for_a_random_table(device: &Device) {
     for scheme in [Scheme::Sinusoidal, Scheme::Rope] {
-        let residual = row(scheme, device).relative_shift_residual.expect("has vectors");
+        let residual = row(scheme, device)
+            .relative_shift_residual
+            .expect("has vectors");
         assert!(residual < 1e-4, "{scheme}: residual {residual}");
     }
     let config = PropertiesConfig::new().with_d_model(8).with_n_heads(1);
     let probe = SchemeProbe::init(Scheme::Learned, &config, device);
-    let residual = measure(&probe, &[]).unwrap().relative_shift_residual.unwrap();
-    assert!(residual > 0.3, "random 32x8 table: residual only {residual}");
+    let residual = measure(&probe, &[])
+        .unwrap()
+        .relative_shift_residual
+        .unwrap();
+    assert!(
+        residual > 0.3,
+        "random 32x8 table: residual only {residual}"
+    );
     let wide = row(Scheme::Learned, device);
     assert_eq!(wide.relative_shift_residual, None);
     assert!(wide.relative_shift_note.unwrap().contains("32 rows"));
@@ -46,11 +57,18 @@ fn uniqueness_and_bounds_match_the_formulas(device: &Device) {
     let config = PropertiesConfig::new();
     let sin = row(Scheme::Sinusoidal, device);
     let expected = (config.d_model as f64 / 2.0).sqrt();
-    assert!((sin.bounded_max_norm - expected).abs() < 1e-4, "{}", sin.bounded_max_norm);
+    assert!(
+        (sin.bounded_max_norm - expected).abs() < 1e-4,
+        "{}",
+        sin.bounded_max_norm
+    );
     let past = sin.generalizable.max_norm.unwrap();
     assert!((past - expected).abs() < 1e-4, "norm past N: {past}");
     assert!(sin.unique_min_distance > 0.1, "{}", sin.unique_min_distance);
-    assert_eq!(sin.generalizable.distinct, Some(config.length * config.reach));
+    assert_eq!(
+        sin.generalizable.distinct,
+        Some(config.length * config.reach)
+    );
     assert_eq!(sin.deterministic_two_inits, Some(0.0));
 
     let none = row(Scheme::None, device);
@@ -61,7 +79,10 @@ fn uniqueness_and_bounds_match_the_formulas(device: &Device) {
     let grows = alibi.generalizable.max_norm.unwrap() / alibi.bounded_max_norm;
     // |bias(r)| = r |m|: the norm over 0..reach·N is (reach·N - 1) / (N - 1) times that over 0..N.
     let ratio = (config.length * config.reach - 1) as f64 / (config.length - 1) as f64;
-    assert!((grows - ratio).abs() < 1e-4, "ALiBi grows {grows}x, expected {ratio}x");
+    assert!(
+        (grows - ratio).abs() < 1e-4,
+        "ALiBi grows {grows}x, expected {ratio}x"
+    );
 }
 
 /// Generalizable: a learned table has no rows past its length and says so; T5's buckets merge
@@ -69,9 +90,17 @@ fn uniqueness_and_bounds_match_the_formulas(device: &Device) {
 fn learned_tables_refuse_and_t5_merges_distances_past_the_length(device: &Device) {
     let learned = row(Scheme::Learned, device);
     let error = learned.generalizable.error.expect("no rows past N");
-    assert!(error.contains("32"), "error should name the table length: {error}");
+    assert!(
+        error.contains("32"),
+        "error should name the table length: {error}"
+    );
     let t5 = row(Scheme::T5, device);
-    assert_eq!(t5.generalizable.distinct, Some(16), "{:?}", t5.generalizable);
+    assert_eq!(
+        t5.generalizable.distinct,
+        Some(16),
+        "{:?}",
+        t5.generalizable
+    );
     assert_eq!(t5.generalizable.min_distance, Some(0.0));
 }
 
@@ -79,7 +108,11 @@ fn learned_tables_refuse_and_t5_merges_distances_past_the_length(device: &Device
 /// in f64, so they agree to the bit.
 fn signatures_agree_with_flex(device: &Device) {
     let flex = crate::devices::flex();
-    for (scheme, tolerance) in [(Scheme::Sinusoidal, 0.0), (Scheme::Learned, 0.0), (Scheme::Rope, 1e-6)] {
+    for (scheme, tolerance) in [
+        (Scheme::Sinusoidal, 0.0),
+        (Scheme::Learned, 0.0),
+        (Scheme::Rope, 1e-6),
+    ] {
         let probe = SchemeProbe::init(scheme, &PropertiesConfig::new(), device);
         let ours = probe.signatures(0..32).unwrap();
         let theirs = probe.to_device(&flex).signatures(0..32).unwrap();

@@ -197,7 +197,10 @@ pub struct Collision {
 /// If there are fewer than two combinations, or the widths differ.
 pub fn closest_combination(tokens: &[Vec<f32>], positions: &[Vec<f32>]) -> Collision {
     let (v, n) = (tokens.len(), positions.len());
-    assert!(v * n >= 2, "need two combinations, have {v} tokens x {n} positions");
+    assert!(
+        v * n >= 2,
+        "need two combinations, have {v} tokens x {n} positions"
+    );
     let d = tokens[0].len();
     assert!(
         tokens.iter().chain(positions).all(|r| r.len() == d),
@@ -235,8 +238,7 @@ pub fn closest_combination(tokens: &[Vec<f32>], positions: &[Vec<f32>]) -> Colli
                         for i in start..end {
                             let column = gram.column(i - start);
                             for j in i + 1..m {
-                                let sq =
-                                    (norms[i] + norms[j] - 2.0 * column[j - start]).max(0.0);
+                                let sq = (norms[i] + norms[j] - 2.0 * column[j - start]).max(0.0);
                                 sum += sq.sqrt();
                                 if sq < best.0 {
                                     best = (sq, i, j);
@@ -251,7 +253,10 @@ pub fn closest_combination(tokens: &[Vec<f32>], positions: &[Vec<f32>]) -> Colli
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("worker")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker"))
+            .collect()
     });
     let total: f64 = results.iter().map(|r| r.2).sum();
     let pick = |which: fn(&(Best, Best, f64)) -> Best| {
@@ -375,7 +380,6 @@ mod tests {
         );
     }
 
-
     #[test]
     fn with_fewer_rows_than_columns_any_table_fits() {
         assert!(shift_map_residual(&random(20, 32), 1) < 1e-9);
@@ -420,7 +424,11 @@ mod tests {
         assert!(noise > 0.5, "random deviation only {noise}");
         // A pure function of q - p (an ALiBi-like matrix) has none; nor does a constant one.
         let linear: Vec<Vec<f64>> = (0..20)
-            .map(|p| (0..20).map(|q| -0.25 * (q as f64 - p as f64).abs()).collect())
+            .map(|p| {
+                (0..20)
+                    .map(|q| -0.25 * (q as f64 - p as f64).abs())
+                    .collect()
+            })
             .collect();
         assert_eq!(toeplitz_deviation(&linear), 0.0);
         assert_eq!(toeplitz_deviation(&vec![vec![3.0; 5]; 5]), 0.0);
@@ -431,7 +439,10 @@ mod tests {
         let (near, far) = neighbour_and_far_distance(&sinusoidal(128, 32), 16);
         assert!(near * 3.0 < far, "neighbour {near}, far {far}");
         let (near, far) = neighbour_and_far_distance(&random(128, 32), 16);
-        assert!((near / far - 1.0).abs() < 0.1, "random: neighbour {near}, far {far}");
+        assert!(
+            (near / far - 1.0).abs() < 0.1,
+            "random: neighbour {near}, far {far}"
+        );
     }
 
     #[test]
@@ -482,14 +493,20 @@ mod tests {
             }
         }
         let found = closest_combination(&tokens, &positions);
-        assert!((found.distance - closest).abs() < 1e-6, "{found:?} vs {closest}");
+        assert!(
+            (found.distance - closest).abs() < 1e-6,
+            "{found:?} vs {closest}"
+        );
         let (dist, a, b) = different;
         assert!((found.different_tokens.0 - dist).abs() < 1e-6);
         assert_eq!(
             (found.different_tokens.1, found.different_tokens.2),
             ((a / n, a % n), (b / n, b % n))
         );
-        assert_eq!((found.first, found.second), ((i / n, i % n), (j / n, j % n)));
+        assert_eq!(
+            (found.first, found.second),
+            ((i / n, i % n), (j / n, j % n))
+        );
         assert!((found.mean_distance - sum / pairs as f64).abs() < 1e-9 * sum);
     }
 }
