@@ -276,7 +276,7 @@ fn draw_report_pictures(probes: &[SchemeProbe], config: &PropertiesConfig, out: 
         };
         charts.push(
             Chart::new(
-                format!("{}", probe.label),
+                probe.label.clone(),
                 "distance k = q - p".to_string(),
                 if bias {
                     "bias".to_string()

@@ -237,7 +237,7 @@ fn main() -> Result<(), TrainingError> {
             let config = config_for(scheme, &options);
             println!(
                 "{}: valid accuracy {:.1} % (loss {:.3}) after {} steps in {:.1} s; saved to {}",
-                scheme.to_string(),
+                scheme,
                 100.0 * outcome.valid.accuracy,
                 outcome.valid.loss,
                 config.steps,

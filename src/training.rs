@@ -107,7 +107,7 @@ impl TrainingConfig {
     /// The validation set: fixed by the seed, never trained on.
     pub fn valid_batch(&self, seq: usize, device: &Device) -> CopyBackBatch {
         self.task
-            .batch(self.valid_size, seq, self.seed ^ 0x5EED_0F_7A11D, device)
+            .batch(self.valid_size, seq, self.seed ^ 0x05EE_D0F7_A11D, device)
     }
 
     /// The batch of `step`.

@@ -188,9 +188,9 @@ pub struct Collision {
 /// vector `positions[p]`, the two distinct combinations `tokens[t] + positions[p]` that lie
 /// closest together, with the typical distance beside it.
 ///
-/// Exhaustive: all `(V·N)²/2` pairs, through the Gram matrix in blocks (`|a-b|² = |a|² + |b|²
-/// - 2a·b`, in f64, the winner's distance recomputed directly), on every core. At `V·N = 16 384`
-/// combinations of width 64 this takes seconds.
+/// Exhaustive: all `(V·N)²/2` pairs, through the Gram matrix in blocks
+/// (`|a-b|² = |a|² + |b|² - 2a·b`, in f64, the winners' distances recomputed directly), on
+/// every core. At `V·N = 16 384` combinations of width 64 this takes seconds.
 ///
 /// # Panics
 ///

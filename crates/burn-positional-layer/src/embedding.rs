@@ -146,15 +146,15 @@ impl EmbeddingWithPositionConfig {
                 ));
             }
         }
-        if let Some(idx) = self.padding_idx {
-            if idx >= self.vocab_size {
-                return Err(invalid(
-                    "padding_idx",
-                    idx.to_string(),
-                    "the padding id must be a row of the token table",
-                    &format!("use an id below vocab_size = {}", self.vocab_size),
-                ));
-            }
+        if let Some(idx) = self.padding_idx
+            && idx >= self.vocab_size
+        {
+            return Err(invalid(
+                "padding_idx",
+                idx.to_string(),
+                "the padding id must be a row of the token table",
+                &format!("use an id below vocab_size = {}", self.vocab_size),
+            ));
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return Err(invalid(
