@@ -3,6 +3,8 @@
 //! - `ours_sinusoidal`, `ours_learned`: this crate's forward (id check included);
 //! - `id_check`: the id check alone (`check_token_ids`), to say what it costs;
 //! - `burn`: burn's own `Embedding` followed by `PositionalEncoding`;
+//! - `two_op`: the PyTorch-style composition, `embedding(table, ids) + pe[..seq]` with a
+//!   precomputed position table (one gather, one broadcast add, no checks);
 //! - `copy_floor`: one read and one write of a tensor of the output's size (`neg`), the
 //!   floor for any memory-bound op that produces that output.
 //!
@@ -18,6 +20,7 @@
 
 use burn::nn::{EmbeddingConfig, PositionalEncodingConfig};
 use burn::prelude::*;
+use burn::tensor::Distribution;
 use burn_positional::device::{DeviceChoice, open};
 use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig, check_token_ids};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -64,6 +67,16 @@ fn devices() -> Vec<(DeviceChoice, Device)> {
                 .collect()
         })
         .clone()
+}
+
+/// The first `seq` rows of a learned table, `[1, seq, d_model]`, detached.
+fn learned_rows(embed: &burn_positional::EmbeddingWithPosition, seq: usize) -> Tensor<3> {
+    embed
+        .position
+        .rows(0, seq)
+        .expect("a learned table")
+        .detach()
+        .unsqueeze::<3>()
 }
 
 fn label([batch, seq, d_model, vocab]: [usize; 4]) -> String {
@@ -116,6 +129,16 @@ fn forward(c: &mut Criterion) {
                     out
                 })
             });
+            let table = Tensor::<2>::random([vocab, d_model], Distribution::Default, &device);
+            let pe: Tensor<3> = learned_rows(&learned, seq);
+            group.bench_function(id("two_op"), |b| {
+                b.iter(|| {
+                    let out =
+                        burn::tensor::module::embedding(table.clone(), ids.clone()) + pe.clone();
+                    device.sync().unwrap();
+                    out
+                })
+            });
             let output_sized = Tensor::<3>::ones([batch, seq, d_model], &device);
             group.bench_function(id("copy_floor"), |b| {
                 b.iter(|| {
@@ -161,6 +184,19 @@ fn forward_backward(c: &mut Criterion) {
                         .forward(embedding.forward(ids.clone()))
                         .sum()
                         .backward();
+                    device.sync().unwrap();
+                    grads
+                })
+            });
+            let table = Tensor::<2>::random([vocab, d_model], Distribution::Default, &device)
+                .require_grad();
+            let pe = learned_rows(&learned, seq).require_grad();
+            group.bench_function(id("two_op"), |b| {
+                b.iter(|| {
+                    let grads = (burn::tensor::module::embedding(table.clone(), ids.clone())
+                        + pe.clone())
+                    .sum()
+                    .backward();
                     device.sync().unwrap();
                     grads
                 })
