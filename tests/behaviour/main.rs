@@ -28,6 +28,7 @@ mod devices;
 mod attention_schemes;
 mod bad_input;
 mod equivariance;
+mod fused;
 mod gradients;
 mod positions;
 mod properties;

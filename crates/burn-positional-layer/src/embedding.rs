@@ -6,6 +6,10 @@ use burn::nn::{Dropout, DropoutConfig, Initializer};
 use burn::tensor::module::embedding;
 use burn::tensor::{Device, Int, Tensor};
 
+use burn_positional_kernels::{
+    FusedCombine, FusedEmbeddingOptions, FusedPositions, PositionSource, try_fused_embedding,
+};
+
 use crate::{AbsolutePosition, PositionError, PositionSchemeConfig, Positions, SinusoidalConfig};
 
 /// How token vectors and position vectors are combined (seed 001's question).
@@ -51,6 +55,11 @@ pub struct EmbeddingWithPositionConfig {
     /// Initializer of the token table: `N(0, 1)` by default, as burn's `Embedding`.
     #[config(default = "Initializer::Normal { mean: 0.0, std: 1.0 }")]
     pub token_initializer: Initializer,
+    /// Run the forward as one fused pass (token lookup, scale, position, id check: see
+    /// [`burn_positional_kernels`]), on by default. Off, every forward takes the reference
+    /// path, [`EmbeddingWithPosition::try_forward_reference`], made of burn tensor ops.
+    #[config(default = true)]
+    pub fused: bool,
 }
 
 /// Token embedding and absolute position in one module.
@@ -85,6 +94,8 @@ pub struct EmbeddingWithPosition {
     /// How the two parts combine.
     #[module(skip)]
     pub combine: Combine,
+    /// Whether [`try_forward`](Self::try_forward) takes the fused path.
+    pub fused: bool,
 }
 
 impl EmbeddingWithPositionConfig {
@@ -202,6 +213,7 @@ impl EmbeddingWithPositionConfig {
             },
             padding_idx: self.padding_idx,
             combine: self.combine.clone(),
+            fused: self.fused,
         })
     }
 
@@ -268,7 +280,12 @@ impl EmbeddingWithPosition {
     /// outside `0..vocab_size`, a negative position, a position past a learned table, or
     /// explicit positions whose shape differs from the ids'.
     ///
-    /// The check reads the ids' minimum and maximum back from the device once per call.
+    /// Fused by default (see [`EmbeddingWithPositionConfig::fused`]): one pass computes the
+    /// output and a per-token status, and one small read-back of the status's maximum is the
+    /// whole check. Bad input, and the rare cases the fused pass does not serve (no position
+    /// scheme; sinusoidal positions past the device cache, whose rows come from the host in
+    /// f64), go through [`try_forward_reference`](Self::try_forward_reference), which gives
+    /// the same result and the same errors.
     ///
     /// # Shapes
     ///
@@ -289,6 +306,90 @@ impl EmbeddingWithPosition {
     /// assert!(err.to_string().contains("max_len = 4"));
     /// ```
     pub fn try_forward(
+        &self,
+        ids: Tensor<2, Int>,
+        positions: Positions,
+    ) -> Result<Tensor<3>, PositionError> {
+        if self.fused
+            && let Some(output) = self.try_forward_fused(&ids, &positions)
+        {
+            return Ok(self.dropout.forward(output));
+        }
+        self.try_forward_reference(ids, positions)
+    }
+
+    /// The fused pass, or `None` where it does not serve (see [`Self::try_forward`]) or found
+    /// bad input (the reference path then names it).
+    fn try_forward_fused(&self, ids: &Tensor<2, Int>, positions: &Positions) -> Option<Tensor<3>> {
+        let [batch, seq] = ids.dims();
+        let table = match &self.position {
+            AbsolutePosition::None(_) => return None,
+            AbsolutePosition::Learned(table) => table.table.val(),
+            AbsolutePosition::Sinusoidal(table) => {
+                let [cache_len, _] = table.cache.dims();
+                if let Positions::Offset(offset) = positions
+                    && offset + seq > cache_len
+                {
+                    return None;
+                }
+                // Explicit positions past the cache report a bad position: the reference path
+                // then computes those rows on the host.
+                table.cache.clone()
+            }
+        };
+        let fused_positions = match positions {
+            Positions::Offset(offset) => FusedPositions::Offset(*offset),
+            Positions::Explicit(p) if p.dims() == [batch, seq] => {
+                FusedPositions::Explicit(p.clone())
+            }
+            Positions::Explicit(_) => return None,
+        };
+        if batch * seq == 0 {
+            return None;
+        }
+        let options = FusedEmbeddingOptions {
+            scale: self.token_scale as f32,
+            padding_idx: self.padding_idx,
+            combine: match self.combine {
+                Combine::Add => FusedCombine::Add,
+                Combine::Concat { .. } => FusedCombine::Concat,
+            },
+            offset: 0,
+        };
+        try_fused_embedding(
+            self.tokens.val(),
+            ids.clone(),
+            fused_positions,
+            PositionSource::Learned(table),
+            options,
+        )
+        .ok()
+    }
+
+    /// The unfused forward, made of burn tensor ops: a gather, a scale, the position rows and
+    /// an add or a concatenation, after an id check that reads the ids' minimum and maximum
+    /// back once. The reference the fused pass is tested against, and the path for what the
+    /// fused pass does not serve. Dropout included.
+    ///
+    /// # Shapes
+    ///
+    /// - ids: `[batch, seq]`
+    /// - `Positions::Explicit`: `[batch, seq]`
+    /// - output: `[batch, seq, d_model]`
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional_layer::{EmbeddingWithPositionConfig, Positions};
+    ///
+    /// let device = Device::flex();
+    /// let embed = EmbeddingWithPositionConfig::new(100, 16).with_scale_tokens(true).init(&device);
+    /// let ids = Tensor::<2, Int>::from_data([[1, 2, 3]], &device);
+    /// let fused = embed.try_forward(ids.clone(), Positions::default()).unwrap();
+    /// let reference = embed.try_forward_reference(ids, Positions::default()).unwrap();
+    /// assert_eq!(reference.dims(), [1, 3, 16]);
+    /// fused.into_data().assert_approx_eq::<f32>(&reference.into_data(), Default::default());
+    /// ```
+    pub fn try_forward_reference(
         &self,
         ids: Tensor<2, Int>,
         positions: Positions,

@@ -1,0 +1,211 @@
+//! Hand-written backward for `Autodiff<B, C>`.
+//!
+//! Forward runs the inner backend's fused implementation (`B::fused_embedding_*`); the graph
+//! gets one node whose backward step computes:
+//!
+//! - token table: scatter-add of the token part of the output gradient, times `scale`, at the
+//!   ids (`embedding_backward`); padding and out-of-range rows get nothing;
+//! - learned table: the position part of the gradient, summed over the batch when the positions
+//!   are shared (`[1, seq]`), then scatter-added at the positions; bad positions get nothing;
+//! - sinusoidal: no parameter, no gradient.
+//!
+//! The status output is an int tensor: not differentiable.
+
+use burn::backend::{
+    Backend, Scalar, Slice, TensorMetadata,
+    autodiff::{
+        Autodiff,
+        checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
+        grads::Gradients,
+        ops::{Backward, Ops, OpsKind},
+    },
+    tensor::{FloatTensor, IntTensor},
+};
+use burn::tensor::{FloatDType, Shape};
+
+use crate::PositionalKernels;
+use crate::options::{FusedCombine, FusedEmbeddingOptions, Sinusoid};
+use crate::reference::{bool_dtype, id_ok, position_ok, token_keep};
+
+/// Gradient of the token table `[vocab, d_token]` from the output gradient `[batch, seq, d_out]`.
+pub fn token_table_grad<B: Backend>(
+    grad: FloatTensor<B>,
+    tokens: &FloatTensor<B>,
+    ids: IntTensor<B>,
+    options: &FusedEmbeddingOptions,
+) -> FloatTensor<B> {
+    let [vocab, d_token] = tokens.shape().dims();
+    let [batch, seq, _] = grad.shape().dims();
+    let grad = match options.combine {
+        FusedCombine::Add => grad,
+        FusedCombine::Concat => B::float_slice(
+            grad,
+            &[Slice::from(..), Slice::from(..), Slice::from(0..d_token)],
+        ),
+    };
+    let bd = bool_dtype::<B>(&tokens.device());
+    let fd = FloatDType::from(grad.dtype());
+    let ok = id_ok::<B>(ids.clone(), vocab, bd);
+    let safe_ids = B::int_mask_fill(ids.clone(), B::bool_not(ok.clone()), Scalar::from(0i64));
+    let keep = token_keep::<B>(ids, ok, options, bd, fd);
+    let keep = B::float_expand(keep, Shape::new([batch, seq, d_token]));
+    B::embedding_backward(tokens.clone(), B::float_mul(grad, keep), safe_ids)
+}
+
+/// Gradient of the learned table `[max_len, d_position]`.
+pub fn learned_table_grad<B: Backend>(
+    grad: FloatTensor<B>,
+    table: &FloatTensor<B>,
+    positions: IntTensor<B>,
+    options: &FusedEmbeddingOptions,
+) -> FloatTensor<B> {
+    let [max_len, d_position] = table.shape().dims();
+    let [_, seq, d_out] = grad.shape().dims();
+    let [rows, _] = positions.shape().dims();
+    let grad = match options.combine {
+        FusedCombine::Add => grad,
+        FusedCombine::Concat => B::float_slice(
+            grad,
+            &[
+                Slice::from(..),
+                Slice::from(..),
+                Slice::from(d_out - d_position..d_out),
+            ],
+        ),
+    };
+    // Shared positions: one sum over the batch, then one scatter of `seq` rows.
+    let grad = if rows == 1 {
+        B::float_sum_dim(grad, 0)
+    } else {
+        grad
+    };
+    let bd = bool_dtype::<B>(&table.device());
+    let fd = FloatDType::from(grad.dtype());
+    let positions = B::int_add_scalar(positions, Scalar::from(options.offset));
+    let ok = position_ok::<B>(positions.clone(), Some(max_len), bd);
+    let safe = B::int_mask_fill(positions, B::bool_not(ok.clone()), Scalar::from(0i64));
+    let keep = B::float_reshape(B::bool_into_float(ok, fd), Shape::new([rows, seq, 1]));
+    let keep = B::float_expand(keep, Shape::new([rows, seq, d_position]));
+    B::embedding_backward(table.clone(), B::float_mul(grad, keep), safe)
+}
+
+#[derive(Debug)]
+struct SinusoidalBackward;
+
+impl<B: Backend> Backward<B, 1> for SinusoidalBackward {
+    /// Token table (for its shape and device), ids, options.
+    type State = (FloatTensor<B>, IntTensor<B>, FusedEmbeddingOptions);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_tokens] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let (tokens, ids, options) = ops.state;
+        if let Some(node) = node_tokens {
+            grads.register::<B>(node.id, token_table_grad::<B>(grad, &tokens, ids, &options));
+        }
+    }
+}
+
+#[derive(Debug)]
+struct LearnedBackward;
+
+impl<B: Backend> Backward<B, 2> for LearnedBackward {
+    /// Token table, learned table, ids, positions, options.
+    type State = (
+        FloatTensor<B>,
+        FloatTensor<B>,
+        IntTensor<B>,
+        IntTensor<B>,
+        FusedEmbeddingOptions,
+    );
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_tokens, node_table] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let (tokens, table, ids, positions, options) = ops.state;
+        if let Some(node) = node_table {
+            let g = learned_table_grad::<B>(grad.clone(), &table, positions, &options);
+            grads.register::<B>(node.id, g);
+        }
+        if let Some(node) = node_tokens {
+            grads.register::<B>(node.id, token_table_grad::<B>(grad, &tokens, ids, &options));
+        }
+    }
+}
+
+impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels for Autodiff<B, C> {
+    fn fused_embedding_sinusoidal(
+        tokens: FloatTensor<Self>,
+        ids: IntTensor<Self>,
+        positions: IntTensor<Self>,
+        options: FusedEmbeddingOptions,
+        sinusoid: Sinusoid,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        match SinusoidalBackward
+            .prepare::<C>([tokens.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let inner = tokens.primitive().clone();
+                let (output, status) = B::fused_embedding_sinusoidal(
+                    inner.clone(),
+                    ids.clone(),
+                    positions,
+                    options.clone(),
+                    sinusoid,
+                );
+                (prep.finish((inner, ids, options), output), status)
+            }
+            OpsKind::UnTracked(prep) => {
+                let (output, status) = B::fused_embedding_sinusoidal(
+                    tokens.into_primitive(),
+                    ids,
+                    positions,
+                    options,
+                    sinusoid,
+                );
+                (prep.finish(output), status)
+            }
+        }
+    }
+
+    fn fused_embedding_learned(
+        tokens: FloatTensor<Self>,
+        ids: IntTensor<Self>,
+        positions: IntTensor<Self>,
+        table: FloatTensor<Self>,
+        options: FusedEmbeddingOptions,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        match LearnedBackward
+            .prepare::<C>([tokens.node(), table.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (tokens, table) = (tokens.primitive().clone(), table.primitive().clone());
+                let (output, status) = B::fused_embedding_learned(
+                    tokens.clone(),
+                    ids.clone(),
+                    positions.clone(),
+                    table.clone(),
+                    options.clone(),
+                );
+                (
+                    prep.finish((tokens, table, ids, positions, options), output),
+                    status,
+                )
+            }
+            OpsKind::UnTracked(prep) => {
+                let (output, status) = B::fused_embedding_learned(
+                    tokens.into_primitive(),
+                    ids,
+                    positions,
+                    table.into_primitive(),
+                    options,
+                );
+                (prep.finish(output), status)
+            }
+        }
+    }
+}

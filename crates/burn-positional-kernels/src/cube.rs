@@ -1,0 +1,245 @@
+//! CubeCL implementation: one `#[cube(launch)]` kernel, one unit per output element.
+//!
+//! Implemented for `burn_cubecl::CubeBackend` (every CubeCL runtime: wgpu here, CUDA, ROCm,
+//! Metal, the CubeCL CPU runtime). The `Fusion` selector of `#[backend_extension]` generates
+//! `impl<B: FusionBackend + PositionalKernels> PositionalKernels for Fusion<B>`, which is what
+//! `burn::backend::Cube` is when burn's `fusion` is on (wgpu's default): it registers the op
+//! lazily with the output shapes from [`crate::options::meta_sinusoidal`] /
+//! [`crate::options::meta_learned`] and calls this implementation when the stream executes.
+
+// Kernel code is CubeCL's Rust subset: one argument per launch value, and `%` rather than
+// `is_multiple_of` (not a CubeCL intrinsic).
+#![allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
+
+use burn::backend::{
+    TensorMetadata,
+    cubecl::dtype_to_storage_type,
+    ops::IntTensorOps,
+    tensor::{FloatTensor, IntTensor},
+};
+use burn::tensor::{IntDType, Shape};
+use burn_cubecl::{
+    CubeBackend, kernel::into_contiguous, ops::numeric::empty_device_dtype, tensor::CubeTensor,
+};
+use cubecl::{calculate_cube_count_elemwise, prelude::*};
+
+use crate::PositionalKernels;
+use crate::options::{FusedCombine, FusedEmbeddingOptions, Sinusoid, check_shapes};
+
+/// One unit per output element `(row = b * seq + s, col)`.
+///
+/// Inputs are contiguous. `table` is the learned table, or any float tensor (unused) when
+/// `learned` is false. Writes `status[row]` from the unit with `col == 0`.
+#[cube(launch)]
+fn fused_embedding_kernel<F: Float, I: Numeric>(
+    tokens: &Tensor<F>,
+    ids: &Tensor<I>,
+    positions: &Tensor<I>,
+    table: &Tensor<F>,
+    output: &mut Tensor<F>,
+    status: &mut Tensor<I>,
+    seq: u32,
+    vocab: u32,
+    d_token: u32,
+    d_position: u32,
+    d_out: u32,
+    position_row_stride: u32,
+    table_len: u32,
+    offset: i32,
+    padding_idx: i32,
+    scale: f32,
+    log_base: f32,
+    #[comptime] learned: bool,
+    #[comptime] concat: bool,
+    #[define(F, I)] _dtypes: [ElemType; 2],
+) {
+    if ABSOLUTE_POS >= output.len() {
+        terminate!();
+    }
+    let d_out = d_out as usize;
+    let d_token = d_token as usize;
+    let d_position = d_position as usize;
+    let seq = seq as usize;
+    let row = ABSOLUTE_POS / d_out;
+    let col = ABSOLUTE_POS % d_out;
+    let b = row / seq;
+    let s = row % seq;
+
+    let id = i32::cast_from(ids[row]);
+    let p = i32::cast_from(positions[b * (position_row_stride as usize) + s]) + offset;
+    let id_ok = id >= 0 && id < i32::cast_from(vocab);
+    let mut pos_ok = p >= 0;
+    if learned {
+        pos_ok = pos_ok && p < i32::cast_from(table_len);
+    }
+
+    let mut value = F::new(0.0);
+    // Token part.
+    if col < d_token && id_ok && id != padding_idx {
+        value = tokens[usize::cast_from(id) * d_token + col] * F::cast_from(scale);
+    }
+    // Position part: every column for Add, columns d_token.. for Concat.
+    let mut has_position = true;
+    let mut j = col;
+    if concat {
+        has_position = col >= d_token;
+        if has_position {
+            j = col - d_token;
+        }
+    }
+    if has_position && pos_ok {
+        if learned {
+            value += table[usize::cast_from(p) * d_position + j];
+        } else {
+            let pair = j / 2;
+            // w = base^(-2i/d), evaluated in f32.
+            let exponent = f32::cast_from(2 * pair) / f32::cast_from(d_position);
+            let w = (-(exponent * log_base)).exp();
+            let angle = f32::cast_from(p) * w;
+            let mut pe = angle.cos();
+            if j % 2 == 0 {
+                pe = angle.sin();
+            }
+            value += F::cast_from(pe);
+        }
+    }
+    output[ABSOLUTE_POS] = value;
+
+    if col == 0 {
+        let mut code = 0u32;
+        if !id_ok {
+            code += 1;
+        }
+        if !pos_ok {
+            code += 2;
+        }
+        status[row] = I::cast_from(code);
+    }
+}
+
+/// Host side of the launch: checks shapes, makes inputs contiguous, allocates the outputs and
+/// launches [`fused_embedding_kernel`].
+pub fn launch(
+    tokens: CubeTensor,
+    ids: CubeTensor,
+    positions: CubeTensor,
+    table: Option<CubeTensor>,
+    sinusoid: Option<Sinusoid>,
+    options: &FusedEmbeddingOptions,
+) -> (CubeTensor, CubeTensor) {
+    let table_shape = table.as_ref().map(|t| t.shape());
+    let dims = check_shapes(
+        &tokens.shape(),
+        &ids.shape(),
+        &positions.shape(),
+        table_shape.as_ref(),
+        sinusoid.as_ref(),
+        options.combine,
+    );
+    tokens.assert_is_on_same_device(&ids);
+    tokens.assert_is_on_same_device(&positions);
+
+    // One int type `I` in the kernel: positions take the ids' dtype.
+    let positions = if positions.dtype != ids.dtype {
+        CubeBackend::int_cast(positions, IntDType::from(ids.dtype))
+    } else {
+        positions
+    };
+    let tokens = into_contiguous(tokens);
+    let ids = into_contiguous(ids);
+    let positions = into_contiguous(positions);
+    let learned = table.is_some();
+    let table = match table {
+        Some(table) => {
+            tokens.assert_is_on_same_device(&table);
+            into_contiguous(table)
+        }
+        // Unused by the kernel (`learned` is a comptime false); any float binding will do.
+        None => tokens.clone(),
+    };
+
+    let client = tokens.client.clone();
+    let device = tokens.device.clone();
+    let (float_dtype, int_dtype) = (tokens.dtype, ids.dtype);
+    let output = empty_device_dtype(
+        client.clone(),
+        device.clone(),
+        Shape::new([dims.batch, dims.seq, dims.d_out]),
+        float_dtype,
+    );
+    let status = empty_device_dtype(
+        client.clone(),
+        device,
+        Shape::new([dims.batch, dims.seq]),
+        int_dtype,
+    );
+
+    let working_units = dims.batch * dims.seq * dims.d_out;
+    if working_units == 0 {
+        return (output, status);
+    }
+    let cube_dim = CubeDim::new(&client, working_units);
+    let cube_count = calculate_cube_count_elemwise(&client, working_units, cube_dim);
+    let base = sinusoid.map_or(10_000.0, |s| s.base);
+    let u32_of = |v: usize, what: &str| {
+        u32::try_from(v).unwrap_or_else(|_| panic!("fused_embedding: {what} = {v} exceeds u32"))
+    };
+
+    fused_embedding_kernel::launch(
+        &client,
+        cube_count,
+        cube_dim,
+        tokens.into_tensor_arg(),
+        ids.into_tensor_arg(),
+        positions.into_tensor_arg(),
+        table.into_tensor_arg(),
+        output.clone().into_tensor_arg(),
+        status.clone().into_tensor_arg(),
+        u32_of(dims.seq, "seq"),
+        u32_of(dims.vocab, "vocab"),
+        u32_of(dims.d_token, "d_token"),
+        u32_of(dims.d_position, "d_position"),
+        u32_of(dims.d_out, "d_out"),
+        if dims.position_rows == 1 {
+            0
+        } else {
+            u32_of(dims.seq, "seq")
+        },
+        u32_of(dims.table_len.unwrap_or(0), "max_len"),
+        i32::try_from(options.offset).expect("fused_embedding: offset exceeds i32"),
+        options
+            .padding_idx
+            .map_or(-1, |p| i32::try_from(p).expect("padding_idx exceeds i32")),
+        options.scale,
+        base.ln() as f32,
+        learned,
+        options.combine == FusedCombine::Concat,
+        [
+            dtype_to_storage_type(float_dtype),
+            dtype_to_storage_type(int_dtype),
+        ],
+    );
+    (output, status)
+}
+
+impl PositionalKernels for CubeBackend {
+    fn fused_embedding_sinusoidal(
+        tokens: FloatTensor<Self>,
+        ids: IntTensor<Self>,
+        positions: IntTensor<Self>,
+        options: FusedEmbeddingOptions,
+        sinusoid: Sinusoid,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        launch(tokens, ids, positions, None, Some(sinusoid), &options)
+    }
+
+    fn fused_embedding_learned(
+        tokens: FloatTensor<Self>,
+        ids: IntTensor<Self>,
+        positions: IntTensor<Self>,
+        table: FloatTensor<Self>,
+        options: FusedEmbeddingOptions,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        launch(tokens, ids, positions, Some(table), None, &options)
+    }
+}

@@ -1,0 +1,267 @@
+//! Multi-threaded Rust implementation for the CPU backends (flex and ndarray).
+//!
+//! Both backends keep their tensors in host memory; the op borrows the token table (no copy
+//! when it is f32 and contiguous), reads ids and positions as `i64`, and writes each output row
+//! on a rayon worker. Sinusoidal values are evaluated in f64 and rounded once to f32, exactly as
+//! the unfused layer's `sinusoid_rows` does.
+
+use std::borrow::Cow;
+
+use burn::backend::{
+    Flex, TensorMetadata,
+    flex::FlexTensor,
+    tensor::{FloatTensor, IntTensor},
+};
+use burn::tensor::{DType, TensorData};
+use rayon::prelude::*;
+
+use crate::PositionalKernels;
+use crate::options::{
+    Dims, FusedCombine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION, Sinusoid,
+    check_shapes,
+};
+
+/// Position source, borrowed.
+pub enum HostPosition<'a> {
+    /// Frequencies `w_i` in f64.
+    Sinusoidal(Vec<f64>),
+    /// Row-major `[max_len, d_position]`.
+    Learned(&'a [f32]),
+}
+
+/// The fused op on host slices. Returns the `[batch, seq, d_out]` output and the `[batch, seq]`
+/// status, both row-major.
+pub fn fused_embedding_host(
+    dims: Dims,
+    tokens: &[f32],
+    ids: &[i64],
+    positions: &[i64],
+    position: &HostPosition<'_>,
+    options: &FusedEmbeddingOptions,
+) -> (Vec<f32>, Vec<i64>) {
+    let Dims {
+        vocab,
+        d_token,
+        batch,
+        seq,
+        position_rows,
+        d_position,
+        table_len,
+        d_out,
+    } = dims;
+    assert_eq!(tokens.len(), vocab * d_token);
+    assert_eq!(ids.len(), batch * seq);
+    assert_eq!(positions.len(), position_rows * seq);
+    let mut output = vec![0f32; batch * seq * d_out];
+    let mut status = vec![0i64; batch * seq];
+    let padding = options.padding_idx.map(|p| p as i64);
+    let (pos_offset, tok_end) = match options.combine {
+        FusedCombine::Add => (0, d_token),
+        FusedCombine::Concat => (d_token, d_token),
+    };
+
+    output
+        .par_chunks_mut(d_out.max(1))
+        .zip(status.par_iter_mut())
+        .enumerate()
+        .for_each(|(row, (out, flag))| {
+            let (b, s) = (row / seq, row % seq);
+            let id = ids[row];
+            let p_row = if position_rows == 1 { 0 } else { b };
+            let p = positions[p_row * seq + s] + options.offset;
+            let id_ok = id >= 0 && (id as u64) < vocab as u64;
+            let pos_ok = p >= 0 && table_len.is_none_or(|len| (p as u64) < len as u64);
+            *flag = if id_ok { 0 } else { STATUS_BAD_ID }
+                + if pos_ok { 0 } else { STATUS_BAD_POSITION };
+
+            if id_ok && Some(id) != padding {
+                let src = &tokens[id as usize * d_token..(id as usize + 1) * d_token];
+                for (o, &t) in out[..tok_end].iter_mut().zip(src) {
+                    *o = t * options.scale;
+                }
+            }
+            if !pos_ok {
+                return;
+            }
+            let dst = &mut out[pos_offset..pos_offset + d_position];
+            match position {
+                HostPosition::Sinusoidal(freqs) => {
+                    for (pair, &w) in dst.chunks_exact_mut(2).zip(freqs) {
+                        let (sin, cos) = (p as f64 * w).sin_cos();
+                        pair[0] += sin as f32;
+                        pair[1] += cos as f32;
+                    }
+                }
+                HostPosition::Learned(table) => {
+                    let src = &table[p as usize * d_position..(p as usize + 1) * d_position];
+                    for (o, &t) in dst.iter_mut().zip(src) {
+                        *o += t;
+                    }
+                }
+            }
+        });
+    (output, status)
+}
+
+/// Reads, converts and writes primitives of one CPU backend.
+pub trait HostTensors {
+    /// The primitive (the same type holds floats and ints on both CPU backends).
+    type Primitive;
+    /// The values as f32, borrowed when possible.
+    fn floats(t: &Self::Primitive) -> Cow<'_, [f32]>;
+    /// The values as i64 (ids and positions are small: always a copy).
+    fn ints(t: &Self::Primitive) -> Vec<i64>;
+    /// A primitive holding `data`.
+    fn from_data(data: TensorData) -> Self::Primitive;
+}
+
+impl HostTensors for Flex {
+    type Primitive = FlexTensor;
+
+    fn floats(t: &FlexTensor) -> Cow<'_, [f32]> {
+        match t.as_slice::<f32>() {
+            Some(slice) => Cow::Borrowed(slice),
+            None => Cow::Owned(t.clone().into_data().try_into_vec_as::<f32>().unwrap()),
+        }
+    }
+
+    fn ints(t: &FlexTensor) -> Vec<i64> {
+        t.clone().into_data().iter::<i64>().collect()
+    }
+
+    fn from_data(data: TensorData) -> FlexTensor {
+        FlexTensor::from_data(data)
+    }
+}
+
+#[allow(deprecated)]
+mod ndarray_io {
+    use super::*;
+    use burn::backend::{NdArray, ndarray::NdArrayTensor};
+
+    impl HostTensors for NdArray {
+        type Primitive = NdArrayTensor;
+
+        fn floats(t: &NdArrayTensor) -> Cow<'_, [f32]> {
+            if let NdArrayTensor::F32(storage) = t {
+                let view = storage.view();
+                // `ArrayView::to_slice` borrows from the storage (lifetime of `t`), not from the
+                // view: zero-copy for a standard-layout array.
+                if let Some(slice) = view.to_slice() {
+                    return Cow::Borrowed(slice);
+                }
+                return Cow::Owned(view.iter().copied().collect());
+            }
+            Cow::Owned(data_of(t).try_into_vec_as::<f32>().unwrap())
+        }
+
+        fn ints(t: &NdArrayTensor) -> Vec<i64> {
+            use burn::backend::ops::IntTensorOps;
+            // CPU: the future is ready at once.
+            let data = burn::tensor::read_sync(NdArray::int_into_data(t.clone())).unwrap();
+            data.iter::<i64>().collect()
+        }
+
+        fn from_data(data: TensorData) -> NdArrayTensor {
+            NdArrayTensor::from_data(data)
+        }
+    }
+
+    fn data_of(t: &NdArrayTensor) -> TensorData {
+        use burn::backend::ops::FloatTensorOps;
+        // CPU: the future is ready at once.
+        burn::tensor::read_sync(NdArray::float_into_data(t.clone())).unwrap()
+    }
+
+    impl PositionalKernels for NdArray {
+        fn fused_embedding_sinusoidal(
+            tokens: FloatTensor<Self>,
+            ids: IntTensor<Self>,
+            positions: IntTensor<Self>,
+            options: FusedEmbeddingOptions,
+            sinusoid: Sinusoid,
+        ) -> (FloatTensor<Self>, IntTensor<Self>) {
+            run::<Self>(&tokens, &ids, &positions, None, Some(sinusoid), &options)
+        }
+
+        fn fused_embedding_learned(
+            tokens: FloatTensor<Self>,
+            ids: IntTensor<Self>,
+            positions: IntTensor<Self>,
+            table: FloatTensor<Self>,
+            options: FusedEmbeddingOptions,
+        ) -> (FloatTensor<Self>, IntTensor<Self>) {
+            run::<Self>(&tokens, &ids, &positions, Some(&table), None, &options)
+        }
+    }
+}
+
+/// The CPU implementation for any [`HostTensors`] backend.
+pub fn run<B: HostTensors>(
+    tokens: &B::Primitive,
+    ids: &B::Primitive,
+    positions: &B::Primitive,
+    table: Option<&B::Primitive>,
+    sinusoid: Option<Sinusoid>,
+    options: &FusedEmbeddingOptions,
+) -> (B::Primitive, B::Primitive)
+where
+    B::Primitive: TensorMetadata,
+{
+    let table_shape = table.map(|t| t.shape());
+    let dims = check_shapes(
+        &tokens.shape(),
+        &ids.shape(),
+        &positions.shape(),
+        table_shape.as_ref(),
+        sinusoid.as_ref(),
+        options.combine,
+    );
+    let float_dtype = tokens.dtype();
+    let int_dtype = ids.dtype();
+    let token_values = B::floats(tokens);
+    let table_values = table.map(|t| B::floats(t));
+    let position = match (&table_values, sinusoid) {
+        (Some(values), _) => HostPosition::Learned(values),
+        (None, Some(s)) => HostPosition::Sinusoidal(s.frequencies()),
+        (None, None) => unreachable!(),
+    };
+    let (output, status) = fused_embedding_host(
+        dims,
+        &token_values,
+        &B::ints(ids),
+        &B::ints(positions),
+        &position,
+        options,
+    );
+    let output = TensorData::new(output, [dims.batch, dims.seq, dims.d_out]);
+    let output = if float_dtype == DType::F32 {
+        output
+    } else {
+        output.convert_dtype(float_dtype)
+    };
+    let status = TensorData::new(status, [dims.batch, dims.seq]).convert_dtype(int_dtype);
+    (B::from_data(output), B::from_data(status))
+}
+
+impl PositionalKernels for Flex {
+    fn fused_embedding_sinusoidal(
+        tokens: FloatTensor<Self>,
+        ids: IntTensor<Self>,
+        positions: IntTensor<Self>,
+        options: FusedEmbeddingOptions,
+        sinusoid: Sinusoid,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        run::<Self>(&tokens, &ids, &positions, None, Some(sinusoid), &options)
+    }
+
+    fn fused_embedding_learned(
+        tokens: FloatTensor<Self>,
+        ids: IntTensor<Self>,
+        positions: IntTensor<Self>,
+        table: FloatTensor<Self>,
+        options: FusedEmbeddingOptions,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        run::<Self>(&tokens, &ids, &positions, Some(&table), None, &options)
+    }
+}
