@@ -1,15 +1,17 @@
 //! Throughput of `EmbeddingWithPosition` beside its baselines, in one run per device and shape:
 //!
-//! - `ours_sinusoidal`, `ours_learned`: this crate's forward (id check included);
-//! - `id_check`: the id check alone (`check_token_ids`), to say what it costs;
+//! - `fused_sinusoidal`, `fused_learned`: this crate's default forward, one fused pass (token
+//!   lookup, scale, position, id check) plus one read-back of the status;
+//! - `reference_learned`: the same module's reference forward made of burn tensor ops
+//!   (`try_forward_reference`: id check by min/max read-back, gather, add);
 //! - `burn`: burn's own `Embedding` followed by `PositionalEncoding`;
 //! - `two_op`: the PyTorch-style composition, `embedding(table, ids) + pe[..seq]` with a
 //!   precomputed position table (one gather, one broadcast add, no checks);
 //! - `copy_floor`: one read and one write of a tensor of the output's size (`neg`), the
 //!   floor for any memory-bound op that produces that output.
 //!
-//! Forward plus backward (autodiff device, learned table) runs `ours_learned` beside `burn` and
-//! a copy floor that copies the output's size forward and back.
+//! Forward plus backward (autodiff device, learned table) runs the same entries (no
+//! sinusoidal) with a copy floor that copies the output's size forward and back.
 //! Every timed closure ends with `device.sync()`, so queued GPU work is inside the timing.
 //! Throughput is the output's size in bytes.
 //!
@@ -22,7 +24,7 @@ use burn::nn::{EmbeddingConfig, PositionalEncodingConfig};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn_positional::device::{DeviceChoice, open};
-use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig, check_token_ids};
+use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig, Positions};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -97,7 +99,7 @@ fn forward(c: &mut Criterion) {
             let id = |f: &str| BenchmarkId::new(f, label(shape));
 
             let sinusoidal = EmbeddingWithPositionConfig::new(vocab, d_model).init(&device);
-            group.bench_function(id("ours_sinusoidal"), |b| {
+            group.bench_function(id("fused_sinusoidal"), |b| {
                 b.iter(|| {
                     let out = sinusoidal.forward(ids.clone());
                     device.sync().unwrap();
@@ -107,17 +109,20 @@ fn forward(c: &mut Criterion) {
             let learned = EmbeddingWithPositionConfig::new(vocab, d_model)
                 .with_scheme(LearnedConfig::new(seq).into())
                 .init(&device);
-            group.bench_function(id("ours_learned"), |b| {
+            group.bench_function(id("fused_learned"), |b| {
                 b.iter(|| {
                     let out = learned.forward(ids.clone());
                     device.sync().unwrap();
                     out
                 })
             });
-            group.bench_function(id("id_check"), |b| {
+            group.bench_function(id("reference_learned"), |b| {
                 b.iter(|| {
-                    check_token_ids(&ids, vocab).unwrap();
+                    let out = learned
+                        .try_forward_reference(ids.clone(), Positions::default())
+                        .unwrap();
                     device.sync().unwrap();
+                    out
                 })
             });
             let embedding = EmbeddingConfig::new(vocab, d_model).init(&device);
@@ -169,9 +174,20 @@ fn forward_backward(c: &mut Criterion) {
             let learned = EmbeddingWithPositionConfig::new(vocab, d_model)
                 .with_scheme(LearnedConfig::new(seq).into())
                 .init(&device);
-            group.bench_function(id("ours_learned"), |b| {
+            group.bench_function(id("fused_learned"), |b| {
                 b.iter(|| {
                     let grads = learned.forward(ids.clone()).sum().backward();
+                    device.sync().unwrap();
+                    grads
+                })
+            });
+            group.bench_function(id("reference_learned"), |b| {
+                b.iter(|| {
+                    let grads = learned
+                        .try_forward_reference(ids.clone(), Positions::default())
+                        .unwrap()
+                        .sum()
+                        .backward();
                     device.sync().unwrap();
                     grads
                 })

@@ -186,7 +186,8 @@ mod gradients {
                 };
                 close(fused.0.clone(), reference.0, "token");
                 if let Some(padding) = config.padding_idx {
-                    let row = fused.0.slice([padding..padding + 1, 0..fused.0.dims()[1]]);
+                    let width = fused.0.dims()[1];
+                    let row = fused.0.slice([padding..padding + 1, 0..width]);
                     assert_eq!(
                         row.abs().sum().into_scalar::<f32>(),
                         0.0,
