@@ -141,7 +141,36 @@ fn sinusoidal_positions_past_the_cache_match_the_reference(device: &Device) {
     }
 }
 
+/// Large enough (4 x 300 x 256 > 2^18 elements) for the CPU implementations' multi-threaded
+/// path, with rows that split across workers unevenly.
+fn large_outputs_match_the_reference(device: &Device) {
+    let (vocab, d_model, batch, seq) = (1001, 256, 4, 300);
+    let ids: Vec<i64> = (0..batch * seq)
+        .map(|i| (i * 7919 % vocab) as i64)
+        .collect();
+    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [batch, seq]), device);
+    for scheme in [
+        SinusoidalConfig::new().into(),
+        LearnedConfig::new(seq + 5).into(),
+    ] {
+        let embed = EmbeddingWithPositionConfig::new(vocab, d_model)
+            .with_scheme(scheme)
+            .with_padding_idx(Some(3))
+            .init(device);
+        let fused = embed
+            .try_forward(ids.clone(), Positions::Offset(5))
+            .unwrap();
+        let reference = embed
+            .try_forward_reference(ids.clone(), Positions::Offset(5))
+            .unwrap();
+        fused
+            .into_data()
+            .assert_approx_eq::<f32>(&reference.into_data(), Tolerance::absolute(1e-6));
+    }
+}
+
 on_every_device!(
+    large_outputs_match_the_reference,
     fused_equals_reference,
     bad_ids_give_the_same_error_fused_or_not,
     sinusoidal_positions_past_the_cache_match_the_reference,

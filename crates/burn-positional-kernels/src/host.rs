@@ -21,6 +21,9 @@ use crate::options::{
     check_shapes,
 };
 
+/// Outputs with fewer elements than this are written on the calling thread.
+const PARALLEL_FROM: usize = 1 << 18;
+
 /// Position source, borrowed.
 pub enum HostPosition<'a> {
     /// Frequencies `w_i` in f64.
@@ -52,7 +55,8 @@ pub fn fused_embedding_host(
     assert_eq!(tokens.len(), vocab * d_token);
     assert_eq!(ids.len(), batch * seq);
     assert_eq!(positions.len(), position_rows * seq);
-    let mut output = vec![0f32; batch * seq * d_out];
+    let output_len = batch * seq * d_out;
+    let mut output = vec![0f32; output_len];
     let mut status = vec![0i64; batch * seq];
     let padding = options.padding_idx.map(|p| p as i64);
     let (pos_offset, tok_end) = match options.combine {
@@ -60,46 +64,54 @@ pub fn fused_embedding_host(
         FusedCombine::Concat => (d_token, d_token),
     };
 
-    output
-        .par_chunks_mut(d_out.max(1))
-        .zip(status.par_iter_mut())
-        .enumerate()
-        .for_each(|(row, (out, flag))| {
-            let (b, s) = (row / seq, row % seq);
-            let id = ids[row];
-            let p_row = if position_rows == 1 { 0 } else { b };
-            let p = positions[p_row * seq + s] + options.offset;
-            let id_ok = id >= 0 && (id as u64) < vocab as u64;
-            let pos_ok = p >= 0 && table_len.is_none_or(|len| (p as u64) < len as u64);
-            *flag = if id_ok { 0 } else { STATUS_BAD_ID }
-                + if pos_ok { 0 } else { STATUS_BAD_POSITION };
+    let write_row = |row: usize, (out, flag): (&mut [f32], &mut i64)| {
+        let (b, s) = (row / seq, row % seq);
+        let id = ids[row];
+        let p_row = if position_rows == 1 { 0 } else { b };
+        let p = positions[p_row * seq + s] + options.offset;
+        let id_ok = id >= 0 && (id as u64) < vocab as u64;
+        let pos_ok = p >= 0 && table_len.is_none_or(|len| (p as u64) < len as u64);
+        *flag =
+            if id_ok { 0 } else { STATUS_BAD_ID } + if pos_ok { 0 } else { STATUS_BAD_POSITION };
 
-            if id_ok && Some(id) != padding {
-                let src = &tokens[id as usize * d_token..(id as usize + 1) * d_token];
-                for (o, &t) in out[..tok_end].iter_mut().zip(src) {
-                    *o = t * options.scale;
+        if id_ok && Some(id) != padding {
+            let src = &tokens[id as usize * d_token..(id as usize + 1) * d_token];
+            for (o, &t) in out[..tok_end].iter_mut().zip(src) {
+                *o = t * options.scale;
+            }
+        }
+        if !pos_ok {
+            return;
+        }
+        let dst = &mut out[pos_offset..pos_offset + d_position];
+        match position {
+            HostPosition::Sinusoidal(freqs) => {
+                for (pair, &w) in dst.chunks_exact_mut(2).zip(freqs) {
+                    let (sin, cos) = (p as f64 * w).sin_cos();
+                    pair[0] += sin as f32;
+                    pair[1] += cos as f32;
                 }
             }
-            if !pos_ok {
-                return;
-            }
-            let dst = &mut out[pos_offset..pos_offset + d_position];
-            match position {
-                HostPosition::Sinusoidal(freqs) => {
-                    for (pair, &w) in dst.chunks_exact_mut(2).zip(freqs) {
-                        let (sin, cos) = (p as f64 * w).sin_cos();
-                        pair[0] += sin as f32;
-                        pair[1] += cos as f32;
-                    }
-                }
-                HostPosition::Learned(table) => {
-                    let src = &table[p as usize * d_position..(p as usize + 1) * d_position];
-                    for (o, &t) in dst.iter_mut().zip(src) {
-                        *o += t;
-                    }
+            HostPosition::Learned(table) => {
+                let src = &table[p as usize * d_position..(p as usize + 1) * d_position];
+                for (o, &t) in dst.iter_mut().zip(src) {
+                    *o += t;
                 }
             }
-        });
+        }
+    };
+    let rows = output.chunks_mut(d_out.max(1)).zip(status.iter_mut());
+    if output_len < PARALLEL_FROM {
+        // Small outputs: waking the thread pool costs more than the work.
+        rows.enumerate()
+            .for_each(|(row, pair)| write_row(row, pair));
+    } else {
+        output
+            .par_chunks_mut(d_out.max(1))
+            .zip(status.par_iter_mut())
+            .enumerate()
+            .for_each(|(row, pair)| write_row(row, pair));
+    }
     (output, status)
 }
 
