@@ -6,6 +6,7 @@
 //! the unfused layer's `sinusoid_rows` does.
 
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 use burn::backend::{
     Flex, TensorMetadata,
@@ -56,7 +57,11 @@ pub fn fused_embedding_host(
     assert_eq!(ids.len(), batch * seq);
     assert_eq!(positions.len(), position_rows * seq);
     let output_len = batch * seq * d_out;
-    let mut output = vec![0f32; output_len];
+    // Left uninitialized: every row writes all of its columns first (below), so the output is
+    // written once rather than zeroed and then written.
+    let mut output: Vec<MaybeUninit<f32>> = Vec::with_capacity(output_len);
+    // SAFETY: `MaybeUninit<f32>` has no validity requirement, and the capacity is reserved.
+    unsafe { output.set_len(output_len) };
     let mut status = vec![0i64; batch * seq];
     let padding = options.padding_idx.map(|p| p as i64);
     let (pos_offset, tok_end) = match options.combine {
@@ -64,7 +69,7 @@ pub fn fused_embedding_host(
         FusedCombine::Concat => (d_token, d_token),
     };
 
-    let write_row = |row: usize, (out, flag): (&mut [f32], &mut i64)| {
+    let write_row = |row: usize, (out, flag): (&mut [MaybeUninit<f32>], &mut i64)| {
         let (b, s) = (row / seq, row % seq);
         let id = ids[row];
         let p_row = if position_rows == 1 { 0 } else { b };
@@ -74,12 +79,24 @@ pub fn fused_embedding_host(
         *flag =
             if id_ok { 0 } else { STATUS_BAD_ID } + if pos_ok { 0 } else { STATUS_BAD_POSITION };
 
+        // Every column is written here: the token part (zero for padding and bad ids), and
+        // zeros for a concatenated position part.
         if id_ok && Some(id) != padding {
             let src = &tokens[id as usize * d_token..(id as usize + 1) * d_token];
             for (o, &t) in out[..tok_end].iter_mut().zip(src) {
-                *o = t * options.scale;
+                o.write(t * options.scale);
+            }
+        } else {
+            for o in &mut out[..tok_end] {
+                o.write(0.0);
             }
         }
+        for o in &mut out[tok_end..] {
+            o.write(0.0);
+        }
+        // SAFETY: every element of the row was initialized just above, and `MaybeUninit<f32>`
+        // has the layout of `f32`.
+        let out: &mut [f32] = unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) };
         if !pos_ok {
             return;
         }
@@ -112,6 +129,16 @@ pub fn fused_embedding_host(
             .enumerate()
             .for_each(|(row, pair)| write_row(row, pair));
     }
+    // SAFETY: every row, and so every element, was initialized by `write_row`; the buffer is
+    // reinterpreted with its own length and capacity.
+    let output = unsafe {
+        let mut output = std::mem::ManuallyDrop::new(output);
+        Vec::from_raw_parts(
+            output.as_mut_ptr().cast::<f32>(),
+            output.len(),
+            output.capacity(),
+        )
+    };
     (output, status)
 }
 

@@ -29,6 +29,8 @@ pub use alibi::{Alibi, AlibiConfig, AlibiDirection, alibi_slopes};
 pub use attention::{
     AttentionOutput, ScoreBias, ScoreBiasConfig, SelfAttention, SelfAttentionConfig,
 };
+/// The fused forward ([`EmbeddingWithPosition`]'s default path), for direct use.
+pub use burn_positional_kernels as kernels;
 pub use embedding::{
     Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, check_token_ids, read_record,
 };
