@@ -127,17 +127,6 @@ fn train(
     Ok((model, history))
 }
 
-fn heatmap(title: String, values: Vec<Vec<f32>>) -> Heatmap {
-    Heatmap {
-        title,
-        row_labels: vec![],
-        col_labels: vec![],
-        values,
-        range: None,
-        annotate: false,
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // report
 
@@ -249,7 +238,7 @@ fn draw_report_pictures(probes: &[SchemeProbe], config: &PropertiesConfig, out: 
         let bias = probe.signature_kind() == "bias(r)";
         if bias {
             let scores = probe.scores(0, n).expect("positions 0..N");
-            maps.push(heatmap(
+            maps.push(Heatmap::new(
                 format!("{}: bias(q, k), head mean", probe.label),
                 scores
                     .iter()
@@ -257,7 +246,7 @@ fn draw_report_pictures(probes: &[SchemeProbe], config: &PropertiesConfig, out: 
                     .collect(),
             ));
         } else {
-            maps.push(heatmap(
+            maps.push(Heatmap::new(
                 format!("{}: {}, p < {span}", probe.label, probe.signature_kind()),
                 probe.signatures(0..span).expect("positions in range"),
             ));

@@ -175,17 +175,6 @@ fn learned_table(model: &TokenTagger) -> Option<Tensor<2>> {
     }
 }
 
-fn heatmap(title: String, values: Vec<Vec<f32>>, range: Option<(f32, f32)>) -> Heatmap {
-    Heatmap {
-        title,
-        row_labels: vec![],
-        col_labels: vec![],
-        values,
-        range,
-        annotate: false,
-    }
-}
-
 fn draw_tables(learned: &[(String, Tensor<2>)], out: &Path, device: &Device) {
     let n = learned[0].1.dims()[0];
     let d = learned[0].1.dims()[1];
@@ -203,16 +192,11 @@ fn draw_tables(learned: &[(String, Tensor<2>)], out: &Path, device: &Device) {
         let (near, far) = neighbour_and_far_cosine(&rows, 8);
         let cosine = cosine_matrix(&rows);
         println!("  {name:<28} neighbours {near:>6.3}   far {far:>6.3}");
-        panels.push(heatmap(
-            format!("{name}: table [position, dim]"),
-            rows,
-            None,
-        ));
-        panels.push(heatmap(
-            format!("{name}: cosine similarity"),
-            cosine,
-            Some((-1.0, 1.0)),
-        ));
+        panels.push(Heatmap::new(format!("{name}: table [position, dim]"), rows));
+        panels.push(
+            Heatmap::new(format!("{name}: cosine similarity"), cosine)
+                .with_range(Some((-1.0, 1.0))),
+        );
     }
     let path = out.join("position_tables.png");
     draw_heatmaps(

@@ -142,6 +142,33 @@ pub fn fused_embedding_host(
     (output, status)
 }
 
+/// The extension on a [`HostTensors`] backend: both ops go to [`run`].
+macro_rules! host_extension {
+    ($backend:ty) => {
+        impl PositionalKernels for $backend {
+            fn fused_embedding_sinusoidal(
+                tokens: FloatTensor<Self>,
+                ids: IntTensor<Self>,
+                positions: IntTensor<Self>,
+                options: FusedEmbeddingOptions,
+                sinusoid: Sinusoid,
+            ) -> (FloatTensor<Self>, IntTensor<Self>) {
+                run::<Self>(&tokens, &ids, &positions, None, Some(sinusoid), &options)
+            }
+
+            fn fused_embedding_learned(
+                tokens: FloatTensor<Self>,
+                ids: IntTensor<Self>,
+                positions: IntTensor<Self>,
+                table: FloatTensor<Self>,
+                options: FusedEmbeddingOptions,
+            ) -> (FloatTensor<Self>, IntTensor<Self>) {
+                run::<Self>(&tokens, &ids, &positions, Some(&table), None, &options)
+            }
+        }
+    };
+}
+
 /// Reads, converts and writes primitives of one CPU backend.
 pub trait HostTensors {
     /// The primitive (the same type holds floats and ints on both CPU backends).
@@ -212,27 +239,7 @@ mod ndarray_io {
         burn::tensor::read_sync(NdArray::float_into_data(t.clone())).unwrap()
     }
 
-    impl PositionalKernels for NdArray {
-        fn fused_embedding_sinusoidal(
-            tokens: FloatTensor<Self>,
-            ids: IntTensor<Self>,
-            positions: IntTensor<Self>,
-            options: FusedEmbeddingOptions,
-            sinusoid: Sinusoid,
-        ) -> (FloatTensor<Self>, IntTensor<Self>) {
-            run::<Self>(&tokens, &ids, &positions, None, Some(sinusoid), &options)
-        }
-
-        fn fused_embedding_learned(
-            tokens: FloatTensor<Self>,
-            ids: IntTensor<Self>,
-            positions: IntTensor<Self>,
-            table: FloatTensor<Self>,
-            options: FusedEmbeddingOptions,
-        ) -> (FloatTensor<Self>, IntTensor<Self>) {
-            run::<Self>(&tokens, &ids, &positions, Some(&table), None, &options)
-        }
-    }
+    host_extension!(NdArray);
 }
 
 /// The CPU implementation for any [`HostTensors`] backend.
@@ -283,24 +290,4 @@ where
     (B::from_data(output), B::from_data(status))
 }
 
-impl PositionalKernels for Flex {
-    fn fused_embedding_sinusoidal(
-        tokens: FloatTensor<Self>,
-        ids: IntTensor<Self>,
-        positions: IntTensor<Self>,
-        options: FusedEmbeddingOptions,
-        sinusoid: Sinusoid,
-    ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        run::<Self>(&tokens, &ids, &positions, None, Some(sinusoid), &options)
-    }
-
-    fn fused_embedding_learned(
-        tokens: FloatTensor<Self>,
-        ids: IntTensor<Self>,
-        positions: IntTensor<Self>,
-        table: FloatTensor<Self>,
-        options: FusedEmbeddingOptions,
-    ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        run::<Self>(&tokens, &ids, &positions, Some(&table), None, &options)
-    }
-}
+host_extension!(Flex);

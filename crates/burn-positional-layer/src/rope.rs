@@ -87,9 +87,12 @@ pub fn rope_angles(
     rotary_dims: usize,
     base: f64,
 ) -> (Vec<f32>, Vec<f32>) {
-    let frequencies: Vec<f64> = (0..rotary_dims / 2)
-        .map(|j| base.powf(-((2 * j) as f64) / rotary_dims as f64))
-        .collect();
+    // The sinusoidal frequencies base^(-2j/rotary_dims): RoPE rotates by the same angles.
+    let frequencies = burn_positional_kernels::Sinusoid {
+        base,
+        d_position: rotary_dims,
+    }
+    .frequencies();
     let (mut cos, mut sin) = (Vec::new(), Vec::new());
     for p in positions {
         for &w in &frequencies {

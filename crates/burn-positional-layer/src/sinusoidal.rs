@@ -94,10 +94,12 @@ impl SinusoidalConfig {
 /// Rows of the sinusoidal table for the given positions, row-major `[positions, d]`, evaluated
 /// in f64 and rounded once to f32.
 pub fn sinusoid_rows(positions: impl IntoIterator<Item = u64>, d: usize, base: f64) -> Vec<f32> {
-    // w_i = base^(-2i/d), computed once per column pair.
-    let frequencies: Vec<f64> = (0..d / 2)
-        .map(|i| base.powf(-((2 * i) as f64) / d as f64))
-        .collect();
+    // w_i = base^(-2i/d), computed once per column pair (the fused kernels' definition).
+    let frequencies = burn_positional_kernels::Sinusoid {
+        base,
+        d_position: d,
+    }
+    .frequencies();
     let mut out = Vec::new();
     for p in positions {
         for &w in &frequencies {

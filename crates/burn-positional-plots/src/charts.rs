@@ -13,7 +13,6 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use crate::{PlotError, ensure_font};
 
 /// Height in pixels of the band above the grid that holds the overall title.
-const TITLE_BAND: u32 = 40;
 
 /// Line series with at most this many points also get a marker at each point.
 const MARKER_LIMIT: usize = 40;
@@ -393,28 +392,14 @@ pub fn draw_charts(
     for panel in panels {
         panel.check()?;
     }
-    let path = path.as_ref();
-    let err = |e: &dyn std::fmt::Display| PlotError::Draw {
-        path: path.display().to_string(),
-        detail: e.to_string(),
-    };
-    let columns = columns.max(1);
-    let grid_rows = panels.len().div_ceil(columns);
-    let size = (
-        columns as u32 * panel_size.0,
-        grid_rows as u32 * panel_size.1 + TITLE_BAND,
-    );
-    let root = BitMapBackend::new(path, size).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let root = root
-        .titled(title, ("sans-serif", 22))
-        .map_err(|e| err(&e))?;
-    let areas = root.split_evenly((grid_rows, columns));
-    for (area, panel) in areas.iter().zip(panels) {
-        draw_panel(area, panel).map_err(|e| err(&e))?;
-    }
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+    crate::draw_grid(
+        path.as_ref(),
+        title,
+        panels,
+        columns,
+        panel_size,
+        draw_panel,
+    )
 }
 
 /// Most bold ticks (labelled) put on a logarithmic axis.
@@ -864,11 +849,11 @@ mod tests {
         let path = temp_png("two.png");
         draw_charts(&path, "charts", &example_panels(), 2, (420, 300)).unwrap();
         let bytes = std::fs::read(&path).unwrap();
-        assert_eq!(png_size(&bytes), (2 * 420, 300 + TITLE_BAND));
+        assert_eq!(png_size(&bytes), (2 * 420, 300 + crate::TITLE_BAND));
         // One column: two rows.
         draw_charts(&path, "charts", &example_panels(), 1, (300, 250)).unwrap();
         let bytes = std::fs::read(&path).unwrap();
-        assert_eq!(png_size(&bytes), (300, 2 * 250 + TITLE_BAND));
+        assert_eq!(png_size(&bytes), (300, 2 * 250 + crate::TITLE_BAND));
         std::fs::remove_file(&path).unwrap();
     }
 

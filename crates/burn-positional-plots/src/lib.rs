@@ -97,6 +97,25 @@ fn ensure_font() {
 }
 
 impl Heatmap {
+    /// A panel of `values` with no labels, coloured over its own min and max.
+    pub fn new(title: impl Into<String>, values: Vec<Vec<f32>>) -> Self {
+        Self {
+            title: title.into(),
+            row_labels: vec![],
+            col_labels: vec![],
+            values,
+            range: None,
+            annotate: false,
+        }
+    }
+
+    /// The same panel, coloured over `range` (`None`: its own min and max).
+    #[must_use]
+    pub fn with_range(mut self, range: Option<(f32, f32)>) -> Self {
+        self.range = range;
+        self
+    }
+
     fn check(&self) -> Result<(), PlotError> {
         let rows = self.values.len();
         let cols = self.values.first().map_or(0, Vec::len);
@@ -129,7 +148,34 @@ pub fn draw_heatmaps(
     for panel in panels {
         panel.check()?;
     }
-    let path = path.as_ref();
+    draw_grid(
+        path.as_ref(),
+        title,
+        panels,
+        columns,
+        (panel_size, panel_size),
+        draw_panel,
+    )
+}
+
+/// Height of the band above the grid that holds the overall title.
+pub(crate) const TITLE_BAND: u32 = 40;
+
+/// Draws `panels` with `draw` in a grid `columns` wide, each panel `panel_size` pixels, under
+/// an overall `title`, into a PNG at `path`: what [`draw_heatmaps`] and
+/// [`charts::draw_charts`] share.
+pub(crate) fn draw_grid<'p, P>(
+    path: &'p Path,
+    title: &str,
+    panels: &[P],
+    columns: usize,
+    panel_size: (u32, u32),
+    draw: impl Fn(
+        &DrawingArea<BitMapBackend<'p>, plotters::coord::Shift>,
+        &P,
+    )
+        -> Result<(), DrawingAreaErrorKind<<BitMapBackend<'p> as DrawingBackend>::ErrorType>>,
+) -> Result<(), PlotError> {
     let err = |e: &dyn std::fmt::Display| PlotError::Draw {
         path: path.display().to_string(),
         detail: e.to_string(),
@@ -137,8 +183,8 @@ pub fn draw_heatmaps(
     let columns = columns.max(1);
     let grid_rows = panels.len().div_ceil(columns);
     let size = (
-        columns as u32 * panel_size,
-        grid_rows as u32 * panel_size + 40,
+        columns as u32 * panel_size.0,
+        grid_rows as u32 * panel_size.1 + TITLE_BAND,
     );
     let root = BitMapBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
@@ -147,7 +193,7 @@ pub fn draw_heatmaps(
         .map_err(|e| err(&e))?;
     let areas = root.split_evenly((grid_rows, columns));
     for (area, panel) in areas.iter().zip(panels) {
-        draw_panel(area, panel).map_err(|e| err(&e))?;
+        draw(area, panel).map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
