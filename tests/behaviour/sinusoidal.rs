@@ -9,7 +9,7 @@ use burn_positional::{EmbeddingWithPositionConfig, Positions, SinusoidalConfig};
 fn paper_formula(p: f64, column: usize, d: usize) -> f64 {
     let two_i = (column - column % 2) as f64;
     let angle = p / 10_000f64.powf(two_i / d as f64);
-    if column % 2 == 0 {
+    if column.is_multiple_of(2) {
         angle.sin()
     } else {
         angle.cos()

@@ -25,7 +25,7 @@ use burn::tensor::{FloatDType, Shape};
 
 use crate::PositionalKernels;
 use crate::options::{FusedCombine, FusedEmbeddingOptions, Sinusoid};
-use crate::reference::{bool_dtype, id_ok, position_ok, token_keep};
+use crate::reference::{bool_dtype, id_ok, position_ok, positions_tensor, token_keep};
 
 /// Gradient of the token table `[vocab, d_token]` from the output gradient `[batch, seq, d_out]`.
 pub fn token_table_grad<B: Backend>(
@@ -61,6 +61,7 @@ pub fn learned_table_grad<B: Backend>(
 ) -> FloatTensor<B> {
     let [max_len, d_position] = table.shape().dims();
     let [_, seq, d_out] = grad.shape().dims();
+    let positions = positions_tensor::<B>(positions, seq, options);
     let [rows, _] = positions.shape().dims();
     let grad = match options.combine {
         FusedCombine::Add => grad,

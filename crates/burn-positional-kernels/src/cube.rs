@@ -1,4 +1,5 @@
-//! CubeCL implementation: one `#[cube(launch)]` kernel, one unit per output element.
+//! CubeCL implementation: one `#[cube(launch_unchecked)]` kernel, one unit per output vector
+//! (up to the runtime's widest well-read vector of floats).
 //!
 //! Implemented for `burn_cubecl::CubeBackend` (every CubeCL runtime: wgpu here, CUDA, ROCm,
 //! Metal, the CubeCL CPU runtime). The `Fusion` selector of `#[backend_extension]` generates
@@ -26,23 +27,29 @@ use cubecl::{calculate_cube_count_elemwise, prelude::*};
 use crate::PositionalKernels;
 use crate::options::{FusedCombine, FusedEmbeddingOptions, Sinusoid, check_shapes};
 
-/// One unit per output element `(row = b * seq + s, col)`.
+/// One unit per output vector of `N` consecutive columns of one row (`row = b * seq + s`).
 ///
-/// Inputs are contiguous. `table` is the learned table, or any float tensor (unused) when
-/// `learned` is false. Writes `status[row]` from the unit with `col == 0`.
-#[cube(launch)]
-fn fused_embedding_kernel<F: Float, I: Numeric>(
-    tokens: &Tensor<F>,
+/// `N` divides `d_token` and `d_position` (the host picks it), so a vector lies wholly in the
+/// token part or wholly in the position part of a concatenated row. Inputs are contiguous.
+/// `table` is the learned table, or any float tensor (unread) when `learned` is false;
+/// `positions` is unread when `sequential` is true. Every read is guarded by the id and
+/// position checks, which is what makes the unchecked launch safe. Writes `status[row]` from
+/// the unit holding the row's first vector.
+#[cube(launch_unchecked)]
+fn fused_embedding_kernel<F: Float, I: Numeric, N: Size>(
+    tokens: &Tensor<Vector<F, N>>,
     ids: &Tensor<I>,
     positions: &Tensor<I>,
-    table: &Tensor<F>,
-    output: &mut Tensor<F>,
+    table: &Tensor<Vector<F, N>>,
+    output: &mut Tensor<Vector<F, N>>,
     status: &mut Tensor<I>,
+    rows: u32,
     seq: u32,
     vocab: u32,
-    d_token: u32,
+    d_token_vectors: u32,
+    d_position_vectors: u32,
+    d_out_vectors: u32,
     d_position: u32,
-    d_out: u32,
     position_row_stride: u32,
     table_len: u32,
     offset: i32,
@@ -51,56 +58,68 @@ fn fused_embedding_kernel<F: Float, I: Numeric>(
     log_base: f32,
     #[comptime] learned: bool,
     #[comptime] concat: bool,
+    #[comptime] sequential: bool,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
-    if ABSOLUTE_POS >= output.len() {
+    let d_out_vectors = d_out_vectors as usize;
+    if ABSOLUTE_POS >= (rows as usize) * d_out_vectors {
         terminate!();
     }
-    let d_out = d_out as usize;
-    let d_token = d_token as usize;
-    let d_position = d_position as usize;
+    let d_token_vectors = d_token_vectors as usize;
+    let d_position_vectors = d_position_vectors as usize;
     let seq = seq as usize;
-    let row = ABSOLUTE_POS / d_out;
-    let col = ABSOLUTE_POS % d_out;
-    let b = row / seq;
+    let row = ABSOLUTE_POS / d_out_vectors;
+    let col = ABSOLUTE_POS % d_out_vectors;
     let s = row % seq;
 
     let id = i32::cast_from(ids[row]);
-    let p = i32::cast_from(positions[b * (position_row_stride as usize) + s]) + offset;
+    let mut p = i32::cast_from(s) + offset;
+    if !sequential {
+        let b = row / seq;
+        p = i32::cast_from(positions[b * (position_row_stride as usize) + s]) + offset;
+    }
     let id_ok = id >= 0 && id < i32::cast_from(vocab);
     let mut pos_ok = p >= 0;
     if learned {
         pos_ok = pos_ok && p < i32::cast_from(table_len);
     }
 
-    let mut value = F::new(0.0);
+    let mut value = Vector::<F, N>::new(F::new(0.0));
     // Token part.
-    if col < d_token && id_ok && id != padding_idx {
-        value = tokens[usize::cast_from(id) * d_token + col] * F::cast_from(scale);
+    if col < d_token_vectors && id_ok && id != padding_idx {
+        value = tokens[usize::cast_from(id) * d_token_vectors + col]
+            * Vector::<F, N>::new(F::cast_from(scale));
     }
     // Position part: every column for Add, columns d_token.. for Concat.
     let mut has_position = true;
     let mut j = col;
     if concat {
-        has_position = col >= d_token;
+        has_position = col >= d_token_vectors;
         if has_position {
-            j = col - d_token;
+            j = col - d_token_vectors;
         }
     }
     if has_position && pos_ok {
         if learned {
-            value += table[usize::cast_from(p) * d_position + j];
+            value += table[usize::cast_from(p) * d_position_vectors + j];
         } else {
-            let pair = j / 2;
-            // w = base^(-2i/d), evaluated in f32.
-            let exponent = f32::cast_from(2 * pair) / f32::cast_from(d_position);
-            let w = (-(exponent * log_base)).exp();
-            let angle = f32::cast_from(p) * w;
-            let mut pe = angle.cos();
-            if j % 2 == 0 {
-                pe = angle.sin();
+            // Lane k holds column c = j * N + k: sin(p w) at even c, cos(p w) at odd c, with
+            // w = base^(-2 (c / 2) / d) evaluated in f32.
+            let n = N::value();
+            let mut pe = Vector::<F, N>::new(F::new(0.0));
+            #[unroll]
+            for k in 0..n {
+                let c = j * n + k;
+                let exponent = f32::cast_from(2 * (c / 2)) / f32::cast_from(d_position);
+                let w = (-(exponent * log_base)).exp();
+                let angle = f32::cast_from(p) * w;
+                let mut lane = angle.cos();
+                if c % 2 == 0 {
+                    lane = angle.sin();
+                }
+                pe.insert(k, F::cast_from(lane));
             }
-            value += F::cast_from(pe);
+            value += pe;
         }
     }
     output[ABSOLUTE_POS] = value;
@@ -134,7 +153,7 @@ pub fn launch(
         &positions.shape(),
         table_shape.as_ref(),
         sinusoid.as_ref(),
-        options.combine,
+        options,
     );
     tokens.assert_is_on_same_device(&ids);
     tokens.assert_is_on_same_device(&positions);
@@ -174,7 +193,14 @@ pub fn launch(
         int_dtype,
     );
 
-    let working_units = dims.batch * dims.seq * dims.d_out;
+    // The widest vector the runtime reads well that divides both parts of a row.
+    let vector_size = client
+        .io_optimized_vector_sizes(float_dtype.size())
+        .filter(|&n| dims.d_token % n == 0 && dims.d_position % n == 0)
+        .max()
+        .unwrap_or(1);
+    let rows = dims.batch * dims.seq;
+    let working_units = rows * dims.d_out / vector_size;
     if working_units == 0 {
         return (output, status);
     }
@@ -184,41 +210,53 @@ pub fn launch(
     let u32_of = |v: usize, what: &str| {
         u32::try_from(v).unwrap_or_else(|_| panic!("fused_embedding: {what} = {v} exceeds u32"))
     };
+    u32_of(working_units, "the number of output vectors");
+    u32_of(dims.vocab * dims.d_token, "the token table's size");
 
-    fused_embedding_kernel::launch(
-        &client,
-        cube_count,
-        cube_dim,
-        tokens.into_tensor_arg(),
-        ids.into_tensor_arg(),
-        positions.into_tensor_arg(),
-        table.into_tensor_arg(),
-        output.clone().into_tensor_arg(),
-        status.clone().into_tensor_arg(),
-        u32_of(dims.seq, "seq"),
-        u32_of(dims.vocab, "vocab"),
-        u32_of(dims.d_token, "d_token"),
-        u32_of(dims.d_position, "d_position"),
-        u32_of(dims.d_out, "d_out"),
-        if dims.position_rows == 1 {
-            0
-        } else {
-            u32_of(dims.seq, "seq")
-        },
-        u32_of(dims.table_len.unwrap_or(0), "max_len"),
-        i32::try_from(options.offset).expect("fused_embedding: offset exceeds i32"),
-        options
-            .padding_idx
-            .map_or(-1, |p| i32::try_from(p).expect("padding_idx exceeds i32")),
-        options.scale,
-        base.ln() as f32,
-        learned,
-        options.combine == FusedCombine::Concat,
-        [
-            dtype_to_storage_type(float_dtype),
-            dtype_to_storage_type(int_dtype),
-        ],
-    );
+    // SAFETY: every tensor is contiguous with the shape `check_shapes` accepted; the kernel
+    // bounds its units by the output's vector count, reads a token row only for an id in
+    // `0..vocab` and a table row only for a position in `0..max_len`, and reads `positions` at
+    // `[0 or b, s]` of a `[1 or batch, seq]` tensor (or not at all when sequential).
+    unsafe {
+        fused_embedding_kernel::launch_unchecked(
+            &client,
+            cube_count,
+            cube_dim,
+            vector_size,
+            tokens.into_tensor_arg(),
+            ids.into_tensor_arg(),
+            positions.into_tensor_arg(),
+            table.into_tensor_arg(),
+            output.clone().into_tensor_arg(),
+            status.clone().into_tensor_arg(),
+            u32_of(rows, "batch * seq"),
+            u32_of(dims.seq, "seq"),
+            u32_of(dims.vocab, "vocab"),
+            u32_of(dims.d_token / vector_size, "d_token"),
+            u32_of(dims.d_position / vector_size, "d_position"),
+            u32_of(dims.d_out / vector_size, "d_out"),
+            u32_of(dims.d_position, "d_position"),
+            if dims.position_rows == 1 {
+                0
+            } else {
+                u32_of(dims.seq, "seq")
+            },
+            u32_of(dims.table_len.unwrap_or(0), "max_len"),
+            i32::try_from(options.offset).expect("fused_embedding: offset exceeds i32"),
+            options
+                .padding_idx
+                .map_or(-1, |p| i32::try_from(p).expect("padding_idx exceeds i32")),
+            options.scale,
+            base.ln() as f32,
+            learned,
+            options.combine == FusedCombine::Concat,
+            options.sequential_positions,
+            [
+                dtype_to_storage_type(float_dtype),
+                dtype_to_storage_type(int_dtype),
+            ],
+        );
+    }
     (output, status)
 }
 

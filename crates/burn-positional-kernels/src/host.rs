@@ -14,6 +14,7 @@ use burn::backend::{
     tensor::{FloatTensor, IntTensor},
 };
 use burn::tensor::{DType, TensorData};
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use crate::PositionalKernels;
@@ -33,16 +34,47 @@ pub enum HostPosition<'a> {
     Learned(&'a [f32]),
 }
 
+/// Integer values (ids, positions) as a backend stores them: borrowed i32 or i64, or a
+/// converted copy.
+pub enum Ints<'a> {
+    I32(&'a [i32]),
+    I64(&'a [i64]),
+    Owned(Vec<i64>),
+}
+
+impl Ints<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::I32(v) => v.len(),
+            Self::I64(v) => v.len(),
+            Self::Owned(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    pub fn at(&self, i: usize) -> i64 {
+        match self {
+            Self::I32(v) => i64::from(v[i]),
+            Self::I64(v) => v[i],
+            Self::Owned(v) => v[i],
+        }
+    }
+}
+
 /// The fused op on host slices. Returns the `[batch, seq, d_out]` output and the `[batch, seq]`
 /// status, both row-major.
 pub fn fused_embedding_host(
     dims: Dims,
     tokens: &[f32],
-    ids: &[i64],
-    positions: &[i64],
+    ids: &Ints<'_>,
+    positions: &Ints<'_>,
     position: &HostPosition<'_>,
     options: &FusedEmbeddingOptions,
-) -> (Vec<f32>, Vec<i64>) {
+) -> (Vec<f32>, Vec<i32>) {
     let Dims {
         vocab,
         d_token,
@@ -55,45 +87,53 @@ pub fn fused_embedding_host(
     } = dims;
     assert_eq!(tokens.len(), vocab * d_token);
     assert_eq!(ids.len(), batch * seq);
-    assert_eq!(positions.len(), position_rows * seq);
+    assert!(options.sequential_positions || positions.len() == position_rows * seq);
     let output_len = batch * seq * d_out;
     // Left uninitialized: every row writes all of its columns first (below), so the output is
     // written once rather than zeroed and then written.
     let mut output: Vec<MaybeUninit<f32>> = Vec::with_capacity(output_len);
     // SAFETY: `MaybeUninit<f32>` has no validity requirement, and the capacity is reserved.
     unsafe { output.set_len(output_len) };
-    let mut status = vec![0i64; batch * seq];
+    let mut status = vec![0i32; batch * seq];
     let padding = options.padding_idx.map(|p| p as i64);
     let (pos_offset, tok_end) = match options.combine {
         FusedCombine::Add => (0, d_token),
         FusedCombine::Concat => (d_token, d_token),
     };
 
-    let write_row = |row: usize, (out, flag): (&mut [MaybeUninit<f32>], &mut i64)| {
+    let write_row = |row: usize, (out, flag): (&mut [MaybeUninit<f32>], &mut i32)| {
         let (b, s) = (row / seq, row % seq);
-        let id = ids[row];
-        let p_row = if position_rows == 1 { 0 } else { b };
-        let p = positions[p_row * seq + s] + options.offset;
+        let id = ids.at(row);
+        let p = if options.sequential_positions {
+            s as i64
+        } else {
+            let p_row = if position_rows == 1 { 0 } else { b };
+            positions.at(p_row * seq + s)
+        } + options.offset;
         let id_ok = id >= 0 && (id as u64) < vocab as u64;
         let pos_ok = p >= 0 && table_len.is_none_or(|len| (p as u64) < len as u64);
-        *flag =
-            if id_ok { 0 } else { STATUS_BAD_ID } + if pos_ok { 0 } else { STATUS_BAD_POSITION };
+        *flag = (if id_ok { 0 } else { STATUS_BAD_ID }
+            + if pos_ok { 0 } else { STATUS_BAD_POSITION }) as i32;
 
+        let has_token = id_ok && Some(id) != padding;
+        let token_row = || &tokens[id as usize * d_token..(id as usize + 1) * d_token];
+        // The common case in one pass: a learned row added to a token row.
+        if let (FusedCombine::Add, HostPosition::Learned(table), true, true) =
+            (options.combine, position, has_token, pos_ok)
+        {
+            let pos = &table[p as usize * d_position..(p as usize + 1) * d_position];
+            scaled_sum(out, token_row(), options.scale, pos);
+            return;
+        }
         // Every column is written here: the token part (zero for padding and bad ids), and
         // zeros for a concatenated position part.
-        if id_ok && Some(id) != padding {
-            let src = &tokens[id as usize * d_token..(id as usize + 1) * d_token];
-            for (o, &t) in out[..tok_end].iter_mut().zip(src) {
-                o.write(t * options.scale);
-            }
+        let (token_part, rest) = out.split_at_mut(tok_end);
+        if has_token {
+            scaled_copy(token_part, token_row(), options.scale);
         } else {
-            for o in &mut out[..tok_end] {
-                o.write(0.0);
-            }
+            token_part.fill(MaybeUninit::new(0.0));
         }
-        for o in &mut out[tok_end..] {
-            o.write(0.0);
-        }
+        rest.fill(MaybeUninit::new(0.0));
         // SAFETY: every element of the row was initialized just above, and `MaybeUninit<f32>`
         // has the layout of `f32`.
         let out: &mut [f32] = unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) };
@@ -110,10 +150,10 @@ pub fn fused_embedding_host(
                 }
             }
             HostPosition::Learned(table) => {
-                let src = &table[p as usize * d_position..(p as usize + 1) * d_position];
-                for (o, &t) in dst.iter_mut().zip(src) {
-                    *o += t;
-                }
+                add_assign(
+                    dst,
+                    &table[p as usize * d_position..(p as usize + 1) * d_position],
+                );
             }
         }
     };
@@ -140,6 +180,34 @@ pub fn fused_embedding_host(
         )
     };
     (output, status)
+}
+
+// The per-row loops, compiled for the baseline target and for each SIMD level the CPU may
+// have (AVX2, AVX-512, ...); `multiversion` picks one at run time, once. The plain loops
+// vectorize to the widest registers of the selected target.
+
+/// `out[i] = tokens[i] * scale + positions[i]`.
+#[multiversion(targets = "simd")]
+fn scaled_sum(out: &mut [MaybeUninit<f32>], tokens: &[f32], scale: f32, positions: &[f32]) {
+    for ((o, &t), &q) in out.iter_mut().zip(tokens).zip(positions) {
+        o.write(t * scale + q);
+    }
+}
+
+/// `out[i] = tokens[i] * scale`.
+#[multiversion(targets = "simd")]
+fn scaled_copy(out: &mut [MaybeUninit<f32>], tokens: &[f32], scale: f32) {
+    for (o, &t) in out.iter_mut().zip(tokens) {
+        o.write(t * scale);
+    }
+}
+
+/// `out[i] += positions[i]`.
+#[multiversion(targets = "simd")]
+fn add_assign(out: &mut [f32], positions: &[f32]) {
+    for (o, &q) in out.iter_mut().zip(positions) {
+        *o += q;
+    }
 }
 
 /// The extension on a [`HostTensors`] backend: both ops go to [`run`].
@@ -175,8 +243,8 @@ pub trait HostTensors {
     type Primitive;
     /// The values as f32, borrowed when possible.
     fn floats(t: &Self::Primitive) -> Cow<'_, [f32]>;
-    /// The values as i64 (ids and positions are small: always a copy).
-    fn ints(t: &Self::Primitive) -> Vec<i64>;
+    /// The values, borrowed when they are stored contiguous as i32 or i64.
+    fn ints(t: &Self::Primitive) -> Ints<'_>;
     /// A primitive holding `data`.
     fn from_data(data: TensorData) -> Self::Primitive;
 }
@@ -191,8 +259,14 @@ impl HostTensors for Flex {
         }
     }
 
-    fn ints(t: &FlexTensor) -> Vec<i64> {
-        t.clone().into_data().iter::<i64>().collect()
+    fn ints(t: &FlexTensor) -> Ints<'_> {
+        if let Some(slice) = t.as_slice::<i32>() {
+            return Ints::I32(slice);
+        }
+        if let Some(slice) = t.as_slice::<i64>() {
+            return Ints::I64(slice);
+        }
+        Ints::Owned(t.clone().into_data().iter::<i64>().collect())
     }
 
     fn from_data(data: TensorData) -> FlexTensor {
@@ -221,11 +295,24 @@ mod ndarray_io {
             Cow::Owned(data_of(t).try_into_vec_as::<f32>().unwrap())
         }
 
-        fn ints(t: &NdArrayTensor) -> Vec<i64> {
+        fn ints(t: &NdArrayTensor) -> Ints<'_> {
             use burn::backend::ops::IntTensorOps;
+            match t {
+                NdArrayTensor::I64(storage) => {
+                    if let Some(slice) = storage.view().to_slice() {
+                        return Ints::I64(slice);
+                    }
+                }
+                NdArrayTensor::I32(storage) => {
+                    if let Some(slice) = storage.view().to_slice() {
+                        return Ints::I32(slice);
+                    }
+                }
+                _ => {}
+            }
             // CPU: the future is ready at once.
             let data = burn::tensor::read_sync(NdArray::int_into_data(t.clone())).unwrap();
-            data.iter::<i64>().collect()
+            Ints::Owned(data.iter::<i64>().collect())
         }
 
         fn from_data(data: TensorData) -> NdArrayTensor {
@@ -261,7 +348,7 @@ where
         &positions.shape(),
         table_shape.as_ref(),
         sinusoid.as_ref(),
-        options.combine,
+        options,
     );
     let float_dtype = tokens.dtype();
     let int_dtype = ids.dtype();
@@ -286,7 +373,12 @@ where
     } else {
         output.convert_dtype(float_dtype)
     };
-    let status = TensorData::new(status, [dims.batch, dims.seq]).convert_dtype(int_dtype);
+    let status = TensorData::new(status, [dims.batch, dims.seq]);
+    let status = if int_dtype == DType::I32 {
+        status
+    } else {
+        status.convert_dtype(int_dtype)
+    };
     (B::from_data(output), B::from_data(status))
 }
 

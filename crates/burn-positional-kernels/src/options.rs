@@ -32,6 +32,11 @@ pub struct FusedEmbeddingOptions {
     pub combine: FusedCombine,
     /// Added to every position (incremental decoding). Explicit positions use `0`.
     pub offset: i64,
+    /// When true, the position of token `(b, s)` is `offset + s` and the `positions` argument
+    /// is not read (any int tensor on the device will do; [`crate::fused_embedding`] passes the
+    /// ids): no position tensor is built or uploaded. When false, positions come from the
+    /// `positions` tensor.
+    pub sequential_positions: bool,
 }
 
 impl Default for FusedEmbeddingOptions {
@@ -41,6 +46,7 @@ impl Default for FusedEmbeddingOptions {
             padding_idx: None,
             combine: FusedCombine::Add,
             offset: 0,
+            sequential_positions: false,
         }
     }
 }
@@ -80,7 +86,7 @@ pub struct Dims {
     pub d_token: usize,
     pub batch: usize,
     pub seq: usize,
-    /// Rows of `positions`: 1 (shared by the batch) or `batch`.
+    /// Rows of `positions`: 1 (shared by the batch, or sequential positions) or `batch`.
     pub position_rows: usize,
     pub d_position: usize,
     /// Learned table rows; `None` for sinusoidal.
@@ -92,8 +98,8 @@ pub struct Dims {
 ///
 /// # Panics
 ///
-/// With the offending sizes, if: a tensor has the wrong rank; `positions` has neither 1 nor
-/// `batch` rows or another `seq`; `Add` with `d_position != d_token`; a sinusoidal width is odd
+/// With the offending sizes, if: a tensor has the wrong rank; `positions` (when read) has
+/// neither 1 nor `batch` rows or another `seq`; `Add` with `d_position != d_token`; a sinusoidal width is odd
 /// or zero.
 pub fn check_shapes(
     tokens: &Shape,
@@ -101,7 +107,7 @@ pub fn check_shapes(
     positions: &Shape,
     table: Option<&Shape>,
     sinusoid: Option<&Sinusoid>,
-    combine: FusedCombine,
+    options: &FusedEmbeddingOptions,
 ) -> Dims {
     assert_eq!(
         tokens.num_dims(),
@@ -113,18 +119,22 @@ pub fn check_shapes(
         2,
         "fused_embedding: ids must be [batch, seq], got {ids:?}"
     );
-    assert_eq!(
-        positions.num_dims(),
-        2,
-        "fused_embedding: positions must be [1 or batch, seq], got {positions:?}"
-    );
     let (vocab, d_token) = (tokens[0], tokens[1]);
     let (batch, seq) = (ids[0], ids[1]);
-    let position_rows = positions[0];
-    assert!(
-        positions[1] == seq && (position_rows == 1 || position_rows == batch),
-        "fused_embedding: positions {positions:?} must be [1, {seq}] or [{batch}, {seq}] for ids {ids:?}"
-    );
+    let position_rows = if options.sequential_positions {
+        1
+    } else {
+        assert_eq!(
+            positions.num_dims(),
+            2,
+            "fused_embedding: positions must be [1 or batch, seq], got {positions:?}"
+        );
+        assert!(
+            positions[1] == seq && (positions[0] == 1 || positions[0] == batch),
+            "fused_embedding: positions {positions:?} must be [1, {seq}] or [{batch}, {seq}] for ids {ids:?}"
+        );
+        positions[0]
+    };
     let (d_position, table_len) = match (table, sinusoid) {
         (Some(table), _) => {
             assert_eq!(
@@ -144,7 +154,7 @@ pub fn check_shapes(
         }
         (None, None) => unreachable!("a position source is always given"),
     };
-    let d_out = match combine {
+    let d_out = match options.combine {
         FusedCombine::Add => {
             assert_eq!(
                 d_position, d_token,
@@ -188,7 +198,7 @@ pub fn meta_sinusoidal(
         &positions.shape,
         None,
         Some(sinusoid),
-        options.combine,
+        options,
     );
     specs(dims, tokens.dtype, ids.dtype)
 }
@@ -207,7 +217,7 @@ pub fn meta_learned(
         &positions.shape,
         Some(&table.shape),
         None,
-        options.combine,
+        options,
     );
     specs(dims, tokens.dtype, ids.dtype)
 }

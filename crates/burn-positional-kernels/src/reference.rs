@@ -65,6 +65,24 @@ pub fn token_keep<B: Backend>(
     B::float_mul_scalar(keep, Scalar::from(options.scale))
 }
 
+/// The `positions` argument as a tensor: itself, or `[1, seq]` of `0..seq` (in `like`'s int
+/// dtype) when `options.sequential_positions` says it is not read.
+pub fn positions_tensor<B: Backend>(
+    positions: IntTensor<B>,
+    seq: usize,
+    options: &FusedEmbeddingOptions,
+) -> IntTensor<B> {
+    if !options.sequential_positions {
+        return positions;
+    }
+    let arange = B::int_arange(
+        0..seq as i64,
+        &positions.device(),
+        IntDType::from(positions.dtype()),
+    );
+    B::int_reshape(arange, Shape::new([1, seq]))
+}
+
 /// The bool dtype the device uses by default (comparisons need one at the backend level).
 pub fn bool_dtype<B: Backend>(device: &B::Device) -> BoolDType {
     get_or_init_device_settings::<B>(device).bool_dtype
@@ -88,7 +106,7 @@ pub fn fused_embedding<B: Backend>(
         &positions.shape(),
         table_shape.as_ref(),
         sinusoid.as_ref(),
-        options.combine,
+        options,
     );
     let device = tokens.device();
     let bd = bool_dtype::<B>(&device);
@@ -105,6 +123,7 @@ pub fn fused_embedding<B: Backend>(
     let token_part = B::float_mul(token_rows, keep);
 
     // Position part, [rows, seq, d_position], zero where the position is bad.
+    let positions = positions_tensor::<B>(positions, seq, options);
     let positions = B::int_add_scalar(positions, Scalar::from(options.offset));
     let pos_ok = position_ok::<B>(positions.clone(), dims.table_len, bd);
     let position_part = match position {

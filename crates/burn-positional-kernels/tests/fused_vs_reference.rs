@@ -39,6 +39,12 @@ fn cases() -> Vec<(usize, FusedCombine, Option<usize>, bool)> {
         (6, FusedCombine::Concat, None, false),
         (D_TOKEN, FusedCombine::Add, Some(3), true),
         (4, FusedCombine::Concat, None, true),
+        (D_TOKEN, FusedCombine::Add, None, true),
+        // Widths that set the GPU kernel's vector size: 4 above, 2 here (8 + 6), 1 for an
+        // odd learned width (8 + 3).
+        (6, FusedCombine::Concat, Some(2), false),
+        (3, FusedCombine::Concat, Some(1), true),
+        (3, FusedCombine::Concat, None, true),
     ]
 }
 
@@ -77,6 +83,7 @@ fn build(
             padding_idx: Some(0),
             combine,
             offset: 0,
+            sequential_positions: false,
         },
     }
 }

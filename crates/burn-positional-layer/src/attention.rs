@@ -67,6 +67,8 @@ pub enum ScoreBiasConfig {
 }
 
 /// An initialized [`ScoreBiasConfig`].
+// One per model, matched on every forward: boxing the large variant buys nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum ScoreBias {
     /// See [`Alibi`].

@@ -281,8 +281,8 @@ impl EmbeddingWithPosition {
     /// explicit positions whose shape differs from the ids'.
     ///
     /// Fused by default (see [`EmbeddingWithPositionConfig::fused`]): one pass computes the
-    /// output and a per-token status, and one small read-back of the status's maximum is the
-    /// whole check. Bad input, and the rare cases the fused pass does not serve (no position
+    /// output and a per-token status, and one read-back of that status (`batch * seq` small
+    /// ints) is the whole check. Bad input, and the rare cases the fused pass does not serve (no position
     /// scheme; sinusoidal positions past the device cache, whose rows come from the host in
     /// f64), go through [`try_forward_reference`](Self::try_forward_reference), which gives
     /// the same result and the same errors.
@@ -354,7 +354,8 @@ impl EmbeddingWithPosition {
                 Combine::Add => FusedCombine::Add,
                 Combine::Concat { .. } => FusedCombine::Concat,
             },
-            offset: 0,
+            // Set by `try_fused_embedding` from `fused_positions`.
+            ..FusedEmbeddingOptions::default()
         };
         try_fused_embedding(
             self.tokens.val(),

@@ -85,6 +85,8 @@ pub struct NoPosition {}
 /// }
 /// assert!(PositionSchemeConfig::None.init(16, &device).rows(0, 4).is_none());
 /// ```
+// One per model, matched on every forward: boxing the large variant buys nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum AbsolutePosition {
     /// No position vectors.
@@ -133,6 +135,8 @@ impl AbsolutePosition {
 }
 
 /// Where each token sits.
+// Built per call and moved once, like burn's own tensor arguments.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Positions {
     /// Positions `offset..offset + seq` for every row of the batch. `Offset(0)` is the default;

@@ -12,8 +12,6 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::{PlotError, ensure_font};
 
-/// Height in pixels of the band above the grid that holds the overall title.
-
 /// Line series with at most this many points also get a marker at each point.
 const MARKER_LIMIT: usize = 40;
 
