@@ -6,7 +6,9 @@
 //! - token table: scatter-add of the token part of the output gradient, times `scale`, at the
 //!   ids (`embedding_backward`); padding and out-of-range rows get nothing;
 //! - learned table: the position part of the gradient, summed over the batch when the positions
-//!   are shared (`[1, seq]`), then scatter-added at the positions; bad positions get nothing;
+//!   are shared (`[1, seq]`), then scatter-added at the positions; bad positions get nothing.
+//!   Sequential positions that all lie inside the table skip the masks and the scatter: the
+//!   batch sum is placed at rows `offset..offset + seq`;
 //! - sinusoidal: no parameter, no gradient.
 //!
 //! The status output is an int tensor: not differentiable.
@@ -61,8 +63,6 @@ pub fn learned_table_grad<B: Backend>(
 ) -> FloatTensor<B> {
     let [max_len, d_position] = table.shape().dims();
     let [_, seq, d_out] = grad.shape().dims();
-    let positions = positions_tensor::<B>(positions, seq, options);
-    let [rows, _] = positions.shape().dims();
     let grad = match options.combine {
         FusedCombine::Add => grad,
         FusedCombine::Concat => B::float_slice(
@@ -74,6 +74,17 @@ pub fn learned_table_grad<B: Backend>(
             ],
         ),
     };
+    let first = usize::try_from(options.offset).ok();
+    if options.sequential_positions
+        && let Some(first) = first.filter(|&first| first + seq <= max_len)
+    {
+        // Rows first..first + seq, every one inside the table: the gradient is the output
+        // gradient summed over the batch, placed at those rows. No mask, no scatter.
+        let rows = B::float_reshape(B::float_sum_dim(grad, 0), Shape::new([seq, d_position]));
+        return place_rows::<B>(rows, first, max_len, &table.device());
+    }
+    let positions = positions_tensor::<B>(positions, seq, options);
+    let [rows, _] = positions.shape().dims();
     // Shared positions: one sum over the batch, then one scatter of `seq` rows.
     let grad = if rows == 1 {
         B::float_sum_dim(grad, 0)
@@ -88,6 +99,25 @@ pub fn learned_table_grad<B: Backend>(
     let keep = B::float_reshape(B::bool_into_float(ok, fd), Shape::new([rows, seq, 1]));
     let keep = B::float_expand(keep, Shape::new([rows, seq, d_position]));
     B::embedding_backward(table.clone(), B::float_mul(grad, keep), safe)
+}
+
+/// `[max_len, d]`: `rows` (`[n, d]`) at rows `first..first + n`, zeros elsewhere.
+fn place_rows<B: Backend>(
+    rows: FloatTensor<B>,
+    first: usize,
+    max_len: usize,
+    device: &B::Device,
+) -> FloatTensor<B> {
+    let [n, d] = rows.shape().dims();
+    let dtype = FloatDType::from(rows.dtype());
+    let zeros = |len: usize| B::float_zeros(Shape::new([len, d]), device, dtype);
+    let after = max_len - first - n;
+    match (first, after) {
+        (0, 0) => rows,
+        (0, _) => B::float_cat(vec![rows, zeros(after)], 0),
+        (_, 0) => B::float_cat(vec![zeros(first), rows], 0),
+        _ => B::float_cat(vec![zeros(first), rows, zeros(after)], 0),
+    }
 }
 
 #[derive(Debug)]

@@ -1,8 +1,10 @@
 //! Multi-threaded Rust implementation for the CPU backends (flex and ndarray).
 //!
-//! Both backends keep their tensors in host memory; the op borrows the token table (no copy
-//! when it is f32 and contiguous), reads ids and positions as `i64`, and writes each output row
-//! on a rayon worker. Sinusoidal values are evaluated in f64 and rounded once to f32, exactly as
+//! Both backends keep their tensors in host memory; the op borrows the token table, the
+//! learned table, the ids and the positions where they are contiguous (f32; i32 or i64), and
+//! writes each output row once, on the calling thread for small outputs and on rayon workers
+//! for large ones. The row loops are compiled for each SIMD level and picked at run time
+//! (`multiversion`). Sinusoidal values are evaluated in f64 and rounded once to f32, exactly as
 //! the unfused layer's `sinusoid_rows` does.
 
 use std::borrow::Cow;

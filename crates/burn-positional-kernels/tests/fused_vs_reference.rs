@@ -45,6 +45,9 @@ fn cases() -> Vec<(usize, FusedCombine, Option<usize>, bool)> {
         (6, FusedCombine::Concat, Some(2), false),
         (3, FusedCombine::Concat, Some(1), true),
         (3, FusedCombine::Concat, None, true),
+        // Learned rows offset..offset + 5 of 7: at the start, in the middle, at the end, past it.
+        (D_TOKEN, FusedCombine::Add, Some(0), true),
+        (D_TOKEN, FusedCombine::Add, Some(2), true),
     ]
 }
 
