@@ -102,28 +102,28 @@ pub fn fused_embedding(
     options: FusedEmbeddingOptions,
 ) -> (Tensor<3>, Tensor<2, Int>) {
     let [batch, seq] = ids.dims();
-    let options = match positions {
+    let (positions, options) = match positions {
         // The kernels compute `offset + s`; the ids stand in for the unread positions argument.
-        FusedPositions::Offset(offset) => FusedEmbeddingOptions {
-            offset: offset as i64,
-            sequential_positions: true,
-            ..options
-        },
-        FusedPositions::Explicit(_) => FusedEmbeddingOptions {
-            offset: 0,
-            sequential_positions: false,
-            ..options
-        },
-    };
-    let positions = match positions {
-        FusedPositions::Offset(_) => ids.clone(),
+        FusedPositions::Offset(offset) => (
+            ids.clone(),
+            FusedEmbeddingOptions {
+                offset: offset as i64,
+                sequential_positions: true,
+                ..options
+            },
+        ),
         FusedPositions::Explicit(p) => {
             assert_eq!(
                 p.dims(),
                 [batch, seq],
                 "explicit positions must have the ids' shape [batch, seq]"
             );
-            p
+            let options = FusedEmbeddingOptions {
+                offset: 0,
+                sequential_positions: false,
+                ..options
+            };
+            (p, options)
         }
     };
     let (output, status) = match source {

@@ -99,8 +99,8 @@ pub struct Dims {
 /// # Panics
 ///
 /// With the offending sizes, if: a tensor has the wrong rank; `positions` (when read) has
-/// neither 1 nor `batch` rows or another `seq`; `Add` with `d_position != d_token`; a sinusoidal width is odd
-/// or zero.
+/// neither 1 nor `batch` rows or another `seq`; `Add` with `d_position != d_token`; a
+/// sinusoidal width is odd or zero.
 pub fn check_shapes(
     tokens: &Shape,
     ids: &Shape,

@@ -344,3 +344,176 @@ fn far_positions_f32_gap_is_bounded() {
     eprintln!("max |f64 host - f32 CubeCL kernel| at positions 100000..100005: {diff}");
     assert!(diff < 2e-2, "{diff}");
 }
+
+/// Random shapes and options, fused against the reference on every device: widths that set
+/// every GPU vector size (1, 2, 4) and mix them across the token and position parts, ids and
+/// positions in and out of range, padding, scale, add and concat, offsets and explicit
+/// positions.
+mod random_cases {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    struct Spec {
+        vocab: usize,
+        d_token: usize,
+        d_position: usize,
+        combine: FusedCombine,
+        /// `Some(rows)` for a learned table, `None` for sinusoidal.
+        table_len: Option<usize>,
+        batch: usize,
+        seq: usize,
+        /// `batch * seq` ids, some outside `0..vocab`.
+        ids: Vec<i64>,
+        /// `Err(offset)`, or `Ok(batch * seq explicit positions)`.
+        positions: Result<Vec<i64>, usize>,
+        padding_idx: Option<usize>,
+        scale: f32,
+    }
+
+    fn spec() -> impl Strategy<Value = Spec> {
+        (
+            1usize..7,                                       // vocab
+            1usize..10,                                      // d_token
+            (1usize..6, prop::bool::ANY, prop::bool::ANY),   // half width, concat, learned
+            (1usize..4, 1usize..7),                          // batch, seq
+            1usize..9,                                       // learned table rows
+            prop::bool::ANY,                                 // explicit positions
+            prop::option::of(0usize..7),                     // padding id
+            prop_oneof![Just(1.0f32), Just(0.5), Just(4.0)], // scale
+        )
+            .prop_flat_map(
+                |(
+                    vocab,
+                    d_token,
+                    (half, concat, learned),
+                    (batch, seq),
+                    rows,
+                    explicit,
+                    pad,
+                    scale,
+                )| {
+                    let n = batch * seq;
+                    let table_len = learned.then_some(rows);
+                    // Learned widths may be odd; sinusoidal ones are even.
+                    let d_position = match (concat, learned) {
+                        (false, _) => d_token,
+                        (true, true) => half * 2 - (half % 2),
+                        (true, false) => half * 2,
+                    };
+                    let combine = if concat {
+                        FusedCombine::Concat
+                    } else {
+                        FusedCombine::Add
+                    };
+                    let sinusoid_even = concat || learned || d_token % 2 == 0;
+                    let top = table_len.unwrap_or(40) as i64 + 2;
+                    let positions = if explicit {
+                        prop::collection::vec(-1i64..top, n).prop_map(Ok).boxed()
+                    } else {
+                        (0usize..6).prop_map(Err).boxed()
+                    };
+                    (
+                        prop::collection::vec(-2i64..vocab as i64 + 2, n),
+                        positions,
+                        Just((vocab, d_token, d_position, combine, table_len, batch, seq)),
+                        Just((pad.filter(|&p| p < vocab), scale, sinusoid_even)),
+                    )
+                },
+            )
+            .prop_filter("sinusoidal widths are even", |(_, _, _, (_, _, even))| {
+                *even
+            })
+            .prop_map(
+                |(
+                    ids,
+                    positions,
+                    (vocab, d_token, d_position, combine, table_len, batch, seq),
+                    (padding_idx, scale, _),
+                )| Spec {
+                    vocab,
+                    d_token,
+                    d_position,
+                    combine,
+                    table_len,
+                    batch,
+                    seq,
+                    ids,
+                    positions,
+                    padding_idx,
+                    scale,
+                },
+            )
+    }
+
+    /// Deterministic values in [-2, 2), the same on every device.
+    fn values(n: usize, salt: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 37 + salt * 11) % 101) as f32 / 25.0 - 2.0)
+            .collect()
+    }
+
+    fn case(spec: &Spec, device: &Device) -> Case {
+        let Spec {
+            vocab,
+            d_token,
+            d_position,
+            batch,
+            seq,
+            ..
+        } = *spec;
+        let tokens = Tensor::from_data(
+            TensorData::new(values(vocab * d_token, 1), [vocab, d_token]),
+            device,
+        );
+        let ids = Tensor::from_data(TensorData::new(spec.ids.clone(), [batch, seq]), device);
+        let positions = match &spec.positions {
+            Err(offset) => FusedPositions::Offset(*offset),
+            Ok(p) => FusedPositions::Explicit(Tensor::from_data(
+                TensorData::new(p.clone(), [batch, seq]),
+                device,
+            )),
+        };
+        let source = match spec.table_len {
+            Some(rows) => PositionSource::Learned(Tensor::from_data(
+                TensorData::new(values(rows * d_position, 2), [rows, d_position]),
+                device,
+            )),
+            None => PositionSource::Sinusoidal(Sinusoid::new(d_position)),
+        };
+        Case {
+            tokens,
+            ids,
+            positions,
+            source,
+            options: FusedEmbeddingOptions {
+                scale: spec.scale,
+                padding_idx: spec.padding_idx,
+                combine: spec.combine,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn check<B: Backend>(spec: &Spec, device: &Device)
+    where
+        burn::backend::DispatchTensor: burn::backend::DispatchKindConversion<B>,
+    {
+        let case = case(spec, device);
+        assert_same(fused(&case), reference_on::<B>(&case), &format!("{spec:?}"));
+    }
+
+    proptest! {
+        // Each case runs on three devices, wgpu (lavapipe in CI) compiling a kernel for every
+        // new combination of options: 24 cases keep this test to seconds.
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        #[test]
+        #[allow(deprecated)]
+        fn fused_equals_reference_on_random_shapes(spec in spec()) {
+            check::<Flex>(&spec, &Device::flex());
+            check::<burn::backend::NdArray>(&spec, &Device::ndarray());
+            check::<burn::backend::Cube>(&spec, &Device::wgpu(DeviceKind::DefaultDevice));
+        }
+    }
+}
