@@ -17,7 +17,8 @@ use burn::backend::{
 /// - `tokens`: `[vocab, d_token]` float
 /// - `ids`: `[batch, seq]` int
 /// - `positions`: `[1 or batch, seq]` int; the position of token `(b, s)` is
-///   `positions[b or 0, s] + options.offset`
+///   `positions[b or 0, s] + options.offset`. With `options.sequential_positions` it is
+///   `s + options.offset` and `positions` is not read (any int tensor on the device will do)
 /// - `table` (learned only): `[max_len, d_position]` float
 /// - output 0: `[batch, seq, d_out]`, `d_out = d_token` for `Add` (then `d_position == d_token`)
 ///   and `d_token + d_position` for `Concat`; dtype of `tokens`
