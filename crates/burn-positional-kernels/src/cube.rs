@@ -13,7 +13,6 @@
 #![allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
 
 use burn::backend::{
-    TensorMetadata,
     cubecl::dtype_to_storage_type,
     ops::IntTensorOps,
     tensor::{FloatTensor, IntTensor},
@@ -25,7 +24,7 @@ use burn_cubecl::{
 use cubecl::{calculate_cube_count_elemwise, prelude::*};
 
 use crate::PositionalKernels;
-use crate::options::{FusedCombine, FusedEmbeddingOptions, Sinusoid, check_shapes};
+use crate::options::{FusedCombine, FusedEmbeddingOptions, Sinusoid, check_tensors};
 
 /// One unit per output vector of `N` consecutive columns of one row (`row = b * seq + s`).
 ///
@@ -146,12 +145,11 @@ pub fn launch(
     sinusoid: Option<Sinusoid>,
     options: &FusedEmbeddingOptions,
 ) -> (CubeTensor, CubeTensor) {
-    let table_shape = table.as_ref().map(|t| t.shape());
-    let dims = check_shapes(
-        &tokens.shape(),
-        &ids.shape(),
-        &positions.shape(),
-        table_shape.as_ref(),
+    let dims = check_tensors(
+        &tokens,
+        &ids,
+        &positions,
+        table.as_ref(),
         sinusoid.as_ref(),
         options,
     );
@@ -213,7 +211,7 @@ pub fn launch(
     u32_of(working_units, "the number of output vectors");
     u32_of(dims.vocab * dims.d_token, "the token table's size");
 
-    // SAFETY: every tensor is contiguous with the shape `check_shapes` accepted; the kernel
+    // SAFETY: every tensor is contiguous with the shape `check_tensors` accepted; the kernel
     // bounds its units by the output's vector count, reads a token row only for an id in
     // `0..vocab` and a table row only for a position in `0..max_len`, and reads `positions` at
     // `[0 or b, s]` of a `[1 or batch, seq]` tensor (or not at all when sequential).

@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use crate::PositionalKernels;
 use crate::options::{
     Dims, FusedCombine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION, Sinusoid,
-    check_shapes,
+    check_tensors,
 };
 
 /// Outputs with fewer elements than this are written on the calling thread.
@@ -343,15 +343,7 @@ pub fn run<B: HostTensors>(
 where
     B::Primitive: TensorMetadata,
 {
-    let table_shape = table.map(|t| t.shape());
-    let dims = check_shapes(
-        &tokens.shape(),
-        &ids.shape(),
-        &positions.shape(),
-        table_shape.as_ref(),
-        sinusoid.as_ref(),
-        options,
-    );
+    let dims = check_tensors(tokens, ids, positions, table, sinusoid.as_ref(), options);
     let float_dtype = tokens.dtype();
     let int_dtype = ids.dtype();
     let token_values = B::floats(tokens);

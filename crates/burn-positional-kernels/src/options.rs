@@ -1,6 +1,7 @@
 //! The op's ordinary (non-tensor) arguments, the shape contract every implementation checks,
 //! and the output metadata the `Fusion` wrapper needs before the kernel runs.
 
+use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
 use burn::tensor::{DType, Shape};
 
@@ -174,6 +175,29 @@ pub fn check_shapes(
         table_len,
         d_out,
     }
+}
+
+/// [`check_shapes`] on backend tensors: the entry check of every implementation.
+///
+/// # Panics
+///
+/// As [`check_shapes`].
+pub fn check_tensors<F: TensorMetadata, I: TensorMetadata>(
+    tokens: &F,
+    ids: &I,
+    positions: &I,
+    table: Option<&F>,
+    sinusoid: Option<&Sinusoid>,
+    options: &FusedEmbeddingOptions,
+) -> Dims {
+    check_shapes(
+        &tokens.shape(),
+        &ids.shape(),
+        &positions.shape(),
+        table.map(|t| t.shape()).as_ref(),
+        sinusoid,
+        options,
+    )
 }
 
 fn specs(dims: Dims, float: DType, int: DType) -> (TensorSpec, TensorSpec) {

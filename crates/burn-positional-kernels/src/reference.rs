@@ -10,7 +10,7 @@ use burn::backend::{
 };
 use burn::tensor::{BoolDType, FloatDType, IntDType, Shape, TensorData};
 
-use crate::options::{FusedCombine, FusedEmbeddingOptions, Sinusoid, check_shapes};
+use crate::options::{FusedCombine, FusedEmbeddingOptions, Sinusoid, check_tensors};
 
 /// Where the position vectors come from.
 pub enum Position<B: Backend> {
@@ -96,18 +96,11 @@ pub fn fused_embedding<B: Backend>(
     position: Position<B>,
     options: &FusedEmbeddingOptions,
 ) -> (FloatTensor<B>, IntTensor<B>) {
-    let (table_shape, sinusoid) = match &position {
-        Position::Learned(table) => (Some(table.shape()), None),
-        Position::Sinusoidal(s) => (None, Some(*s)),
+    let (table, sinusoid) = match &position {
+        Position::Learned(table) => (Some(table), None),
+        Position::Sinusoidal(s) => (None, Some(s)),
     };
-    let dims = check_shapes(
-        &tokens.shape(),
-        &ids.shape(),
-        &positions.shape(),
-        table_shape.as_ref(),
-        sinusoid.as_ref(),
-        options,
-    );
+    let dims = check_tensors(&tokens, &ids, &positions, table, sinusoid, options);
     let device = tokens.device();
     let bd = bool_dtype::<B>(&device);
     let fd = FloatDType::from(tokens.dtype());
