@@ -1,14 +1,21 @@
 //! Throughput of `EmbeddingWithPosition` beside its baselines, in one run per device and shape:
 //!
 //! - `fused_sinusoidal`, `fused_learned`: this crate's default forward, one fused pass (token
-//!   lookup, scale, position, id check) plus one read-back of the status;
+//!   lookup, scale, position, id check) with no read-back (the status stays on the device);
 //! - `reference_learned`: the same module's reference forward made of burn tensor ops
 //!   (`try_forward_reference`: id check by min/max read-back, gather, add);
 //! - `burn`: burn's own `Embedding` followed by `PositionalEncoding`;
 //! - `two_op`: the PyTorch-style composition, `embedding(table, ids) + pe[..seq]` with a
 //!   precomputed position table (one gather, one broadcast add, no checks);
 //! - `copy_floor`: one read and one write of a tensor of the output's size (`neg`), the
-//!   floor for any memory-bound op that produces that output.
+//!   floor for any memory-bound op that produces that output;
+//! - `copy_into_mapped` (CPU devices): a host `copy_from_slice` of the output's size into a
+//!   buffer that is already mapped (no page faults), on one thread: the floor the CPU
+//!   implementation's fresh output is measured against at large shapes.
+//!
+//! `queued_forward` times what a GPU user's step sees: 100 forwards queued, then one sync, for
+//! `forward` (no read) against `try_forward` (one read of the status per call, which is what
+//! `forward` did before it became asynchronous).
 //!
 //! Forward plus backward (autodiff device, learned table) runs the same entries (no
 //! sinusoidal) with a copy floor that copies the output's size forward and back.
@@ -152,8 +159,72 @@ fn forward(c: &mut Criterion) {
                     out
                 })
             });
+            if name != DeviceChoice::Wgpu {
+                let src = vec![1.0f32; batch * seq * d_model];
+                let mut dst = vec![0.0f32; batch * seq * d_model];
+                group.bench_function(id("copy_into_mapped"), |b| {
+                    b.iter(|| {
+                        dst.copy_from_slice(std::hint::black_box(&src));
+                        std::hint::black_box(&mut dst);
+                    })
+                });
+            }
             group.finish();
         }
+    }
+}
+
+/// 100 forwards queued, one sync at the end: the read-free `forward` against `try_forward`,
+/// which reads the status back on every call (as `forward` did before).
+fn queued_forward(c: &mut Criterion) {
+    const QUEUE: usize = 100;
+    for (name, device) in devices() {
+        let [batch, seq, d_model, vocab] = SHAPES[0];
+        let mut group = c.benchmark_group(format!("queued_forward/{name}"));
+        group.throughput(Throughput::Bytes(
+            (QUEUE * batch * seq * d_model * 4) as u64,
+        ));
+        group
+            .sample_size(10)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(5));
+        let ids = token_ids(batch, seq, vocab, &device);
+        let id = |f: &str| BenchmarkId::new(f, label(SHAPES[0]));
+        for (scheme, config) in [
+            (
+                "sinusoidal",
+                EmbeddingWithPositionConfig::new(vocab, d_model),
+            ),
+            (
+                "learned",
+                EmbeddingWithPositionConfig::new(vocab, d_model)
+                    .with_scheme(LearnedConfig::new(seq).into()),
+            ),
+        ] {
+            let embed = config.init(&device);
+            group.bench_function(id(&format!("forward_{scheme}")), |b| {
+                b.iter(|| {
+                    let outs: Vec<Tensor<3>> =
+                        (0..QUEUE).map(|_| embed.forward(ids.clone())).collect();
+                    device.sync().unwrap();
+                    outs
+                })
+            });
+            group.bench_function(id(&format!("try_forward_{scheme}")), |b| {
+                b.iter(|| {
+                    let outs: Vec<Tensor<3>> = (0..QUEUE)
+                        .map(|_| {
+                            embed
+                                .try_forward(ids.clone(), Positions::default())
+                                .unwrap()
+                        })
+                        .collect();
+                    device.sync().unwrap();
+                    outs
+                })
+            });
+        }
+        group.finish();
     }
 }
 
@@ -231,5 +302,5 @@ fn forward_backward(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, forward, forward_backward);
+criterion_group!(benches, forward, forward_backward, queued_forward);
 criterion_main!(benches);

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::prelude::*;
+use burn::tensor::FloatDType;
 use burn_positional::copy_back::CopyBackConfig;
 use burn_positional::device::{DeviceChoice, open_or_cpu};
 use burn_positional::encoder::EncoderConfig;
@@ -34,6 +35,11 @@ struct Args {
     /// Folder for models, checkpoints and pictures.
     #[arg(long, default_value = "out/train_positions", global = true)]
     out: PathBuf,
+    /// Float dtype of every tensor the run creates (model, optimizer state, activations):
+    /// f32, f16 or bf16. Set on the device before anything is built; a dtype the backend
+    /// lacks is refused with the backend's reason.
+    #[arg(long, default_value = "f32", global = true)]
+    dtype: FloatDtype,
     #[command(subcommand)]
     command: Command,
 }
@@ -210,11 +216,40 @@ fn draw_tables(learned: &[(String, Tensor<2>)], out: &Path, device: &Device) {
     println!("pictures: {}", path.display());
 }
 
+/// A float dtype by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum FloatDtype {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl From<FloatDtype> for FloatDType {
+    fn from(dtype: FloatDtype) -> Self {
+        match dtype {
+            FloatDtype::F32 => FloatDType::F32,
+            FloatDtype::F16 => FloatDType::F16,
+            FloatDtype::Bf16 => FloatDType::BF16,
+        }
+    }
+}
+
 fn main() -> Result<(), TrainingError> {
     let args = Args::parse();
-    let opened = open_or_cpu(args.device);
+    let mut opened = open_or_cpu(args.device);
+    if args.dtype != FloatDtype::F32 {
+        let dtype = FloatDType::from(args.dtype);
+        if let Err(err) = opened.device.configure(dtype) {
+            eprintln!(
+                "error: {} cannot train in {dtype:?}: {err}. Fix: choose another --dtype or \
+                 --device",
+                opened.description
+            );
+            std::process::exit(2);
+        }
+    }
     let device = &opened.device;
-    println!("device: {}", opened.description);
+    println!("device: {} ({:?})", opened.description, args.dtype);
     match args.command {
         Command::Train { scheme, options } => {
             let outcome = train_one(scheme, &options, &args.out, device)?;

@@ -109,13 +109,27 @@ impl Encoder {
         &self,
         ids: Tensor<2, Int>,
     ) -> Result<(Tensor<3>, Option<Tensor<4>>), PositionError> {
-        let mut x = self.embed.try_forward(ids, Positions::default())?; // [batch, seq, d_model]
+        let x = self.embed.try_forward(ids, Positions::default())?; // [batch, seq, d_model]
+        Ok(self.blocks_and_norm(x))
+    }
+
+    /// [`try_forward`](Self::try_forward) without a device-to-host read: bad ids come out as
+    /// NaN and are named by `self.embed.check_inputs()` (the training loop's path).
+    ///
+    /// # Shapes
+    ///
+    /// As [`try_forward`](Self::try_forward).
+    pub fn forward(&self, ids: Tensor<2, Int>) -> (Tensor<3>, Option<Tensor<4>>) {
+        self.blocks_and_norm(self.embed.forward(ids))
+    }
+
+    fn blocks_and_norm(&self, mut x: Tensor<3>) -> (Tensor<3>, Option<Tensor<4>>) {
         let mut weights = None;
         for block in &self.blocks {
             let out = block.forward_with(x, None);
             (x, weights) = (out.output, Some(out.weights));
         }
-        Ok((self.norm.forward(x), weights))
+        (self.norm.forward(x), weights)
     }
 }
 

@@ -68,7 +68,7 @@ impl TokenTagger {
     }
 
     /// Cross-entropy and accuracy of the predictions at positions `k..` against `answers`
-    /// (`[batch, seq - k]`).
+    /// (`[batch, seq - k]`), after checking the ids (one read).
     pub fn try_loss_and_accuracy(
         &self,
         ids: Tensor<2, Int>,
@@ -76,12 +76,29 @@ impl TokenTagger {
         k: usize,
     ) -> Result<(Tensor<1>, f32), PositionError> {
         let logits = self.try_forward(ids)?;
-        let [batch, seq, vocab] = logits.dims();
-        let n = batch * (seq - k);
-        // Positions k.. only: [batch, seq - k, vocab] -> [n, vocab].
-        let logits = logits
-            .slice([0..batch, k..seq, 0..vocab])
-            .reshape([n, vocab]);
-        Ok(loss_and_accuracy(logits, answers.reshape([n])))
+        Ok(loss_and_accuracy_at(logits, answers, k))
     }
+
+    /// [`try_loss_and_accuracy`](Self::try_loss_and_accuracy) with the embedding's deferred
+    /// check (`self.encoder.embed.check_inputs()`), as a training step runs it.
+    pub fn loss_and_accuracy(
+        &self,
+        ids: Tensor<2, Int>,
+        answers: Tensor<2, Int>,
+        k: usize,
+    ) -> (Tensor<1>, f32) {
+        let (hidden, _) = self.encoder.forward(ids);
+        loss_and_accuracy_at(self.head.forward(hidden), answers, k)
+    }
+}
+
+/// Loss and accuracy of `logits` `[batch, seq, vocab]` at positions `k..`.
+fn loss_and_accuracy_at(logits: Tensor<3>, answers: Tensor<2, Int>, k: usize) -> (Tensor<1>, f32) {
+    let [batch, seq, vocab] = logits.dims();
+    let n = batch * (seq - k);
+    // Positions k.. only: [batch, seq - k, vocab] -> [n, vocab].
+    let logits = logits
+        .slice([0..batch, k..seq, 0..vocab])
+        .reshape([n, vocab]);
+    loss_and_accuracy(logits, answers.reshape([n]))
 }

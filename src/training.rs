@@ -221,8 +221,8 @@ pub fn train(
     let valid = config.valid_batch(config.task.seq, device);
     for step in first_step..=config.steps {
         let batch = config.train_batch(step, device);
-        let (loss, accuracy) =
-            model.try_loss_and_accuracy(batch.ids, batch.answers, config.task.k)?;
+        // No read in the embedding: bad ids would be NaN, named by the check below.
+        let (loss, accuracy) = model.loss_and_accuracy(batch.ids, batch.answers, config.task.k);
         let train = Metrics {
             loss: loss.clone().into_scalar::<f32>(),
             accuracy,
@@ -230,6 +230,9 @@ pub fn train(
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(config.learning_rate, model, grads);
         let report_valid = step % config.valid_every == 0 || step == config.steps;
+        if report_valid {
+            model.encoder.embed.check_inputs()?;
+        }
         let valid = if report_valid {
             Some(evaluate(&model.valid(), &valid, config.task.k)?)
         } else {

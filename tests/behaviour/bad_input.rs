@@ -1,11 +1,15 @@
 //! One test per bad input: each names the value, the limit and the fix, on every backend.
 //! (On wgpu an unchecked gather returns zeros or stray data; these prove our check runs there.)
+//!
+//! `try_forward` refuses bad input at once. `forward` reads nothing back: it writes the bad
+//! token's row as NaN and `check_inputs` names it later, with the same message.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use burn::prelude::*;
 use burn_positional::{
-    Combine, EmbeddingWithPositionConfig, LearnedConfig, PositionError, Positions, check_token_ids,
+    Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, KEPT_STATUSES, LearnedConfig,
+    PositionError, Positions, check_token_ids,
 };
 
 fn panic_message(f: impl FnOnce()) -> String {
@@ -21,6 +25,42 @@ fn assert_mentions(msg: &str, parts: &[&str]) {
     for part in parts {
         assert!(msg.contains(part), "message lacks {part:?}: {msg}");
     }
+}
+
+/// `[batch, seq]`: whether each token's output row holds a NaN.
+fn nan_rows(out: Tensor<3>) -> Vec<bool> {
+    let [batch, seq, _] = out.dims();
+    out.is_nan()
+        .int()
+        .sum_dim(2)
+        .reshape([batch * seq])
+        .into_data()
+        .iter::<i64>()
+        .map(|n| n > 0)
+        .collect()
+}
+
+/// `forward` does not refuse: the bad rows (and only they) are NaN, and the deferred check
+/// reports `err`.
+fn forward_defers(
+    embed: &EmbeddingWithPosition,
+    x: Tensor<2, Int>,
+    at: Positions,
+    bad: &[usize],
+    err: &PositionError,
+) {
+    assert!(embed.check_inputs().is_ok(), "nothing pending before");
+    let out = embed.forward_at(x, at);
+    let [batch, seq, _] = out.dims();
+    let want: Vec<bool> = (0..batch * seq).map(|i| bad.contains(&i)).collect();
+    assert_eq!(nan_rows(out), want, "NaN rows");
+    assert_eq!(embed.unchecked_forwards(), 1);
+    assert_eq!(&embed.check_inputs().unwrap_err(), err);
+    assert_eq!(embed.unchecked_forwards(), 0);
+    assert!(
+        embed.check_inputs().is_ok(),
+        "the check clears what it reported"
+    );
 }
 
 pub fn token_id_past_the_vocabulary(device: &Device) {
@@ -43,7 +83,7 @@ pub fn token_id_past_the_vocabulary(device: &Device) {
         &msg,
         &["token id 10", "[batch 1, position 1]", "0..10", "Fix"],
     );
-    assert_eq!(panic_message(|| drop(embed.forward(x.clone()))), msg);
+    forward_defers(&embed, x.clone(), Positions::default(), &[4], &err);
     assert_eq!(check_token_ids(&x, 10).unwrap_err(), err);
 }
 
@@ -78,7 +118,7 @@ pub fn sequence_longer_than_the_learned_table(device: &Device) {
         &msg,
         &["position 8", "max_len = 8", "at least 9", "sinusoidal"],
     );
-    assert_eq!(panic_message(|| drop(embed.forward(too_long))), msg);
+    forward_defers(&embed, too_long, Positions::default(), &[8], &err);
 
     // The same limit by offset and by explicit positions.
     let x = Tensor::<2, Int>::ones([1, 4], device);
@@ -95,7 +135,7 @@ pub fn sequence_longer_than_the_learned_table(device: &Device) {
     );
     let p = Tensor::<2, Int>::from_data([[0, 1, 12, 2]], device);
     let err = embed
-        .try_forward(x.clone(), Positions::Explicit(p))
+        .try_forward(x.clone(), Positions::Explicit(p.clone()))
         .unwrap_err();
     assert_eq!(
         err,
@@ -105,8 +145,154 @@ pub fn sequence_longer_than_the_learned_table(device: &Device) {
             needed: 13
         }
     );
+    forward_defers(&embed, x.clone(), Positions::Explicit(p), &[2], &err);
     // The last row is fine.
     assert!(embed.try_forward(x, Positions::Offset(4)).is_ok());
+}
+
+/// Sinusoidal positions have no limit, but a read-free forward cannot grow the device table to
+/// explicit positions it does not read: past the table (and past `seq`) they are NaN and
+/// named by the check with the fix; `try_forward` grows the table and embeds them.
+pub fn explicit_positions_past_the_sinusoidal_table(device: &Device) {
+    let embed = EmbeddingWithPositionConfig::new(10, 8)
+        .with_scheme(
+            burn_positional::SinusoidalConfig::new()
+                .with_cache_len(16)
+                .into(),
+        )
+        .init(device);
+    let x = Tensor::<2, Int>::ones([1, 3], device);
+    let p = Tensor::<2, Int>::from_data([[0, 40, 2]], device);
+    let err = PositionError::PositionPastSinusoidTable {
+        position: 40,
+        table_len: 16,
+        needed: 41,
+    };
+    assert_mentions(
+        &err.to_string(),
+        &[
+            "position 40",
+            "16 rows",
+            "cache_len",
+            "at least 41",
+            "try_forward",
+        ],
+    );
+    forward_defers(
+        &embed,
+        x.clone(),
+        Positions::Explicit(p.clone()),
+        &[1],
+        &err,
+    );
+    let grown = embed
+        .try_forward(x.clone(), Positions::Explicit(p.clone()))
+        .unwrap();
+    let reference = embed
+        .try_forward_reference(x.clone(), Positions::Explicit(p.clone()))
+        .unwrap();
+    grown.clone().into_data().assert_approx_eq::<f32>(
+        &reference.into_data(),
+        burn::tensor::Tolerance::absolute(1e-6),
+    );
+    // Grown once, for every later forward.
+    assert_eq!(
+        nan_rows(embed.forward_at(x, Positions::Explicit(p))),
+        [false; 3]
+    );
+    embed.check_inputs().unwrap();
+}
+
+/// The deferred check names the first bad token of the oldest bad forward, across many
+/// forwards, and folds forwards past the kept window into a count (still never silent).
+pub fn deferred_check_over_many_forwards(device: &Device) {
+    let embed = EmbeddingWithPositionConfig::new(10, 8).init(device);
+    let good = Tensor::<2, Int>::from_data([[1, 2, 3]], device);
+    let bad = |id: i64| Tensor::<2, Int>::from_data([[1, id, 3]], device);
+    embed.forward(good.clone());
+    embed.forward(bad(11));
+    embed.forward(bad(12));
+    embed.forward(good.clone());
+    let err = embed.check_inputs().unwrap_err();
+    assert_eq!(
+        err,
+        PositionError::TokenIdOutOfRange {
+            id: 11,
+            batch: 0,
+            position: 1,
+            vocab_size: 10
+        }
+    );
+    // One bad forward, then enough good ones to fold it out of the kept window.
+    embed.forward(bad(13));
+    for _ in 0..2 * KEPT_STATUSES {
+        embed.forward(good.clone());
+    }
+    let err = embed.check_inputs().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PositionError::BadInputInOlderForwards { tokens: 1, .. }
+        ),
+        "{err}"
+    );
+    assert_mentions(
+        &err.to_string(),
+        &["1 tokens", "check_inputs", "try_forward"],
+    );
+    for _ in 0..3 * KEPT_STATUSES {
+        embed.forward(good.clone());
+    }
+    assert!(embed.check_inputs().is_ok());
+}
+
+/// Ids past 2^31 are compared in their own width (never narrowed to a valid id), and an offset
+/// past the kernels' i32 positions is a typed error, on every backend.
+pub fn wide_ids_and_offsets(device: &Device) {
+    let embed = EmbeddingWithPositionConfig::new(10, 8)
+        .with_scheme(LearnedConfig::new(8).into())
+        .init(device);
+    let err = embed
+        .try_forward(
+            Tensor::<2, Int>::ones([1, 2], device),
+            Positions::Offset(1 << 31),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        PositionError::OffsetTooLarge {
+            offset: 1 << 31,
+            seq: 2,
+            limit: i32::MAX as i64
+        }
+    );
+    assert_mentions(&err.to_string(), &["2147483648", "2147483647", "Fix"]);
+    // A sinusoidal embedding refuses it the same way, with no table of 2^31 rows built.
+    let sinusoidal = EmbeddingWithPositionConfig::new(10, 8).init(device);
+    assert!(matches!(
+        sinusoidal.try_forward(
+            Tensor::<2, Int>::ones([1, 2], device),
+            Positions::Offset(1 << 31)
+        ),
+        Err(PositionError::OffsetTooLarge { .. })
+    ));
+    if device.supports_dtype(burn::tensor::DType::I64) {
+        // 2^32 + 5 narrowed to 32 bits would be 5, a valid id.
+        let wide = Tensor::<2, Int>::from_data(
+            TensorData::new(vec![1i64, (1i64 << 32) + 5], [1, 2]),
+            (device, burn::tensor::DType::I64),
+        );
+        let err = embed.try_forward(wide, Positions::default()).unwrap_err();
+        assert_eq!(
+            err,
+            PositionError::TokenIdOutOfRange {
+                id: (1i64 << 32) + 5,
+                batch: 0,
+                position: 1,
+                vocab_size: 10
+            }
+        );
+    }
 }
 
 pub fn negative_explicit_position(device: &Device) {
@@ -186,6 +372,9 @@ on_every_device!(
     sequence_longer_than_the_learned_table,
     negative_explicit_position,
     explicit_positions_of_another_shape,
+    deferred_check_over_many_forwards,
+    wide_ids_and_offsets,
+    explicit_positions_past_the_sinusoidal_table,
     odd_width_for_sinusoidal,
     concat_sizes_that_do_not_add_up,
     padding_idx_outside_the_vocabulary,

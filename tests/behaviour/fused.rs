@@ -6,6 +6,7 @@
 
 use burn::prelude::*;
 use burn::tensor::Tolerance;
+use burn_positional::kernels::fused_calls;
 use burn_positional::{
     AbsolutePosition, Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig,
     PositionSchemeConfig, Positions, SinusoidalConfig,
@@ -93,7 +94,12 @@ fn fused_equals_reference(device: &Device) {
         let embed = config.init(device);
         for at in positions(device) {
             let what = describe(&config, &at);
-            let fused = embed.try_forward(ids(device), at.clone()).expect(&what);
+            // The default path, and proof that it is the fused one (a fallback to the reference
+            // would pass the comparison below).
+            let before = fused_calls();
+            let fused = embed.forward_at(ids(device), at.clone());
+            assert_eq!(fused_calls(), before + 1, "{what}: the fused kernel ran");
+            embed.check_inputs().expect(&what);
             let reference = embed.try_forward_reference(ids(device), at).expect(&what);
             assert_eq!(fused.dims(), [3, 7, D_MODEL], "{what}");
             fused

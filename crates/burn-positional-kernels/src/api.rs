@@ -1,202 +1,418 @@
 //! The user-facing calls, on `Tensor<D>` (no backend type parameter in burn 0.22): the
 //! `Device` the tensors live on selects the implementation through `Dispatch`.
 
-use core::fmt;
+use std::cell::Cell;
 
 use burn::backend::Dispatch;
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{Device, Int, Tensor};
 
 use crate::PositionalKernels;
-use crate::options::{FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION, Sinusoid};
+use crate::options::{
+    FusedEmbeddingOptions, KernelArgs, PositionMode, STATUS_BAD_ID, STATUS_BAD_POSITION,
+};
+use crate::reference;
 
-/// Where the positions of the tokens come from.
-// Moved once per call, like burn's own tensor arguments: boxing would buy nothing.
+/// Where each token sits: the one positions type of the layer and the kernels.
+// Built per call and moved once, like burn's own tensor arguments.
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
-pub enum FusedPositions {
-    /// `offset + s` for token `s` of every sequence (incremental decoding).
+pub enum Positions {
+    /// Positions `offset..offset + seq` for every row of the batch. `Offset(0)` is the default;
+    /// `Offset(k)` serves incremental decoding: the forward at offset `k` equals rows `k..` of
+    /// the forward of the whole sequence. Computed in the kernel: no position tensor is built.
     Offset(usize),
-    /// One position per token, `[batch, seq]` (left-padded batches).
+    /// One position per token, `[batch, seq]`, for example for left-padded batches.
     Explicit(Tensor<2, Int>),
 }
 
-/// The position scheme.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug)]
-pub enum PositionSource {
-    /// Computed in the kernel.
-    Sinusoidal(Sinusoid),
-    /// A `[max_len, d_position]` table.
-    Learned(Tensor<2>),
+impl Default for Positions {
+    fn default() -> Self {
+        Self::Offset(0)
+    }
 }
 
-/// Bad input found by the fused op's status output.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Bad input, found by the op's status output or, where no read is needed, before the launch.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FusedEmbeddingError {
     /// A token id outside `0..vocab_size`.
+    #[error(
+        "token id {id} at [batch {batch}, position {position}] is outside the vocabulary \
+         0..{vocab_size}; fix the tokenizer output or enlarge vocab_size"
+    )]
     TokenIdOutOfRange {
+        /// The id.
         id: i64,
+        /// Its batch row.
         batch: usize,
+        /// Its index along the sequence.
         position: usize,
+        /// Rows of the token table.
         vocab_size: usize,
     },
-    /// A negative position, or one past a learned table.
-    PositionOutOfRange {
+    /// A position at or past the end of the position table.
+    #[error(
+        "position {value} at [batch {batch}, position {position}] is past the position table \
+         0..{table_len}; shorten the input or enlarge the table"
+    )]
+    PositionPastTable {
+        /// The position.
         value: i64,
+        /// Its batch row.
         batch: usize,
+        /// Its index along the sequence.
         position: usize,
-        max_len: Option<usize>,
+        /// Rows of the position table.
+        table_len: usize,
+    },
+    /// A negative explicit position.
+    #[error(
+        "position {value} at [batch {batch}, position {position}] is negative; positions \
+         start at 0"
+    )]
+    NegativePosition {
+        /// The position.
+        value: i64,
+        /// Its batch row.
+        batch: usize,
+        /// Its index along the sequence.
+        position: usize,
+    },
+    /// An offset whose positions do not fit the kernels' 32-bit position arithmetic.
+    #[error(
+        "positions {offset}..{offset}+{seq} pass {limit}, the largest position the kernels \
+         compute with; use a smaller offset"
+    )]
+    OffsetTooLarge {
+        /// The offset.
+        offset: usize,
+        /// Tokens per row.
+        seq: usize,
+        /// The largest position (`i32::MAX`).
+        limit: i64,
+    },
+    /// Explicit positions whose shape is not the ids'.
+    #[error(
+        "explicit positions are {got:?} but the ids are {expected:?}; give one position per token"
+    )]
+    PositionsShape {
+        /// The ids' shape.
+        expected: [usize; 2],
+        /// The positions' shape.
+        got: [usize; 2],
     },
 }
 
-impl fmt::Display for FusedEmbeddingError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::TokenIdOutOfRange {
-                id,
+/// The per-token status of one fused call, kept on the device until someone asks.
+///
+/// `codes[b, s]` is 0 for a good token, [`STATUS_BAD_ID`] | [`STATUS_BAD_POSITION`] for a bad
+/// one. Holding an `InputStatus` keeps the ids (and explicit positions) alive, so that a later
+/// [`check`](Self::check) can name the offending value.
+#[derive(Clone, Debug)]
+pub struct InputStatus {
+    codes: Tensor<2, Int>,
+    ids: Tensor<2, Int>,
+    positions: Positions,
+    vocab_size: usize,
+    table_len: Option<usize>,
+}
+
+impl InputStatus {
+    /// The codes, `[batch, seq]`, in the ids' dtype, on the ids' device.
+    pub fn codes(&self) -> &Tensor<2, Int> {
+        &self.codes
+    }
+
+    /// Reads the codes back (one transfer) and names the first bad token. A second read, of
+    /// the ids or the positions, happens on the error path only.
+    pub fn check(&self) -> Result<(), FusedEmbeddingError> {
+        Self::check_all(std::slice::from_ref(self))
+    }
+
+    /// Checks many statuses with one read per device: the codes are concatenated on their
+    /// device and read back together. Reports the first bad token of the first bad status, in
+    /// the order given.
+    pub fn check_all(statuses: &[InputStatus]) -> Result<(), FusedEmbeddingError> {
+        let mut devices: Vec<Device> = Vec::new();
+        for status in statuses {
+            let device = status.codes.device();
+            if !devices.contains(&device) {
+                devices.push(device);
+            }
+        }
+        // (index in `statuses`, flat index of the first bad token, its code).
+        let mut first: Option<(usize, usize, i64)> = None;
+        for device in devices {
+            let mine: Vec<usize> = (0..statuses.len())
+                .filter(|&i| statuses[i].codes.device() == device)
+                .collect();
+            let flat: Vec<Tensor<1, Int>> = mine
+                .iter()
+                .map(|&i| statuses[i].codes.clone().flatten(0, 1))
+                .collect();
+            let codes = Tensor::cat(flat, 0).into_data();
+            let mut codes = codes.iter::<i64>();
+            for &i in &mine {
+                let [batch, seq] = statuses[i].codes.dims();
+                let bad = codes
+                    .by_ref()
+                    .take(batch * seq)
+                    .enumerate()
+                    .find(|&(_, c)| c != 0);
+                if let Some((index, code)) = bad {
+                    if first.is_none_or(|(j, _, _)| i < j) {
+                        first = Some((i, index, code));
+                    }
+                    break;
+                }
+            }
+        }
+        match first {
+            None => Ok(()),
+            Some((i, index, code)) => Err(statuses[i].name(index, code)),
+        }
+    }
+
+    /// The error for the token at flat `index` with status `code` (reads its value back).
+    fn name(&self, index: usize, code: i64) -> FusedEmbeddingError {
+        let [_, seq] = self.codes.dims();
+        let (batch, position) = (index / seq, index % seq);
+        let value_at = |t: &Tensor<2, Int>| {
+            t.clone()
+                .flatten::<1>(0, 1)
+                .slice(index..index + 1)
+                .into_data()
+                .iter::<i64>()
+                .next()
+                .expect("one value")
+        };
+        if code & STATUS_BAD_ID != 0 {
+            return FusedEmbeddingError::TokenIdOutOfRange {
+                id: value_at(&self.ids),
                 batch,
                 position,
-                vocab_size,
-            } => write!(
-                f,
-                "token id {id} at [batch {batch}, position {position}] is outside the vocabulary \
-                 0..{vocab_size}; fix the tokenizer output or enlarge vocab_size"
-            ),
-            Self::PositionOutOfRange {
+                vocab_size: self.vocab_size,
+            };
+        }
+        debug_assert!(code & STATUS_BAD_POSITION != 0);
+        let value = match &self.positions {
+            Positions::Explicit(p) => {
+                let [rows, _] = p.dims();
+                value_at(&if rows == 1 {
+                    p.clone().expand([self.codes.dims()[0], seq])
+                } else {
+                    p.clone()
+                })
+            }
+            Positions::Offset(offset) => (*offset + position) as i64,
+        };
+        if value < 0 {
+            return FusedEmbeddingError::NegativePosition {
                 value,
                 batch,
                 position,
-                max_len: Some(max_len),
-            } => write!(
-                f,
-                "position {value} at [batch {batch}, position {position}] is outside the learned \
-                 table 0..{max_len} (max_len = {max_len}); shorten the input or enlarge max_len"
-            ),
-            Self::PositionOutOfRange {
-                value,
-                batch,
-                position,
-                max_len: None,
-            } => write!(
-                f,
-                "position {value} at [batch {batch}, position {position}] is negative; \
-                 positions start at 0"
-            ),
+            };
+        }
+        FusedEmbeddingError::PositionPastTable {
+            value,
+            batch,
+            position,
+            table_len: self.table_len.unwrap_or(0),
         }
     }
 }
 
-impl std::error::Error for FusedEmbeddingError {}
+thread_local! {
+    static FUSED_CALLS: Cell<u64> = const { Cell::new(0) };
+}
 
-/// Runs the fused op and returns `(output [batch, seq, d_out], status [batch, seq])` without
-/// reading anything back: the status can be checked later (or never).
+/// How many times the calling thread has launched the fused extension (through
+/// [`fused_embedding`] with a position table). A diagnostic: tests use it to prove that a layer
+/// took the fused path rather than a fallback (per thread, so tests running beside each other
+/// do not count each other's calls).
+pub fn fused_calls() -> u64 {
+    FUSED_CALLS.with(Cell::get)
+}
+
+/// The arguments every entry point checks on the host, without reading anything back.
+fn kernel_args(
+    ids: &Tensor<2, Int>,
+    positions: &Positions,
+    has_table: bool,
+    options: &FusedEmbeddingOptions,
+) -> Result<KernelArgs, FusedEmbeddingError> {
+    let [batch, seq] = ids.dims();
+    let mode = match positions {
+        Positions::Offset(offset) => {
+            let limit = i32::MAX as i64;
+            // Without a table positions are never read: any offset will do.
+            if has_table && (*offset as u128 + seq as u128) > limit as u128 + 1 {
+                return Err(FusedEmbeddingError::OffsetTooLarge {
+                    offset: *offset,
+                    seq,
+                    limit,
+                });
+            }
+            PositionMode::Sequential {
+                offset: *offset as i64,
+            }
+        }
+        Positions::Explicit(p) => {
+            let got = p.dims();
+            if got != [batch, seq] && got != [1, seq] {
+                return Err(FusedEmbeddingError::PositionsShape {
+                    expected: [batch, seq],
+                    got,
+                });
+            }
+            PositionMode::Explicit
+        }
+    };
+    Ok(KernelArgs {
+        options: options.clone(),
+        mode,
+    })
+}
+
+/// The positions argument of the extension: the explicit positions, or (unread) the ids.
+fn positions_arg(ids: &Tensor<2, Int>, positions: &Positions) -> Tensor<2, Int> {
+    match positions {
+        Positions::Explicit(p) => p.clone(),
+        Positions::Offset(_) => ids.clone(),
+    }
+}
+
+/// One fused pass: `tokens[ids] * scale` combined with `table[positions]` (or the token rows
+/// alone without a table), and the per-token status, with no device-to-host read. Bad tokens
+/// are NaN in the output (the token part for a bad id, the position part for a bad position)
+/// and flagged in the status; check it now, later or never.
+///
+/// Without a table the op is made of burn tensor ops (the reference body), still read-free.
+///
+/// # Shapes
+///
+/// - tokens: `[vocab_size, d_token]`
+/// - ids: `[batch, seq]`, i32 or i64
+/// - `Positions::Explicit`: `[batch, seq]` or `[1, seq]`
+/// - table: `[max_len, d_position]`, the tokens' dtype
+/// - output: `[batch, seq, d_out]`
+///
+/// # Errors
+///
+/// What the host can tell without a read: explicit positions of another shape, an offset past
+/// `i32::MAX`.
 ///
 /// # Panics
 ///
-/// On inconsistent shapes, and when an explicit-positions tensor is not `[batch, seq]`.
+/// On inconsistent widths or dtypes (programming errors; see the extension's docs).
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional_kernels::{FusedEmbeddingOptions, Positions, fused_embedding};
+///
+/// let device = Device::flex();
+/// let tokens = Tensor::<2>::ones([10, 4], &device);
+/// let table = Tensor::<2>::zeros([8, 4], &device);
+/// let ids = Tensor::<2, Int>::from_data([[1, 2, 3]], &device);
+/// let (out, status) = fused_embedding(
+///     tokens, ids, Positions::Offset(0), Some(table), &FusedEmbeddingOptions::default(),
+/// ).unwrap();
+/// assert_eq!(out.dims(), [1, 3, 4]);
+/// assert!(status.check().is_ok());
+/// ```
 pub fn fused_embedding(
     tokens: Tensor<2>,
     ids: Tensor<2, Int>,
-    positions: FusedPositions,
-    source: PositionSource,
-    options: FusedEmbeddingOptions,
-) -> (Tensor<3>, Tensor<2, Int>) {
-    let [batch, seq] = ids.dims();
-    let (positions, options) = match positions {
-        // The kernels compute `offset + s`; the ids stand in for the unread positions argument.
-        FusedPositions::Offset(offset) => (
-            ids.clone(),
-            FusedEmbeddingOptions {
-                offset: offset as i64,
-                sequential_positions: true,
-                ..options
-            },
-        ),
-        FusedPositions::Explicit(p) => {
-            assert_eq!(
-                p.dims(),
-                [batch, seq],
-                "explicit positions must have the ids' shape [batch, seq]"
-            );
-            let options = FusedEmbeddingOptions {
-                offset: 0,
-                sequential_positions: false,
-                ..options
-            };
-            (p, options)
-        }
-    };
-    let (output, status) = match source {
-        PositionSource::Sinusoidal(s) => {
-            <Dispatch as PositionalKernels>::fused_embedding_sinusoidal(
+    positions: Positions,
+    table: Option<Tensor<2>>,
+    options: &FusedEmbeddingOptions,
+) -> Result<(Tensor<3>, InputStatus), FusedEmbeddingError> {
+    let args = kernel_args(&ids, &positions, table.is_some(), options)?;
+    let [vocab_size, _] = tokens.dims();
+    let table_len = table.as_ref().map(|t| t.dims()[0]);
+    let positions_tensor = positions_arg(&ids, &positions);
+    let (output, codes) = match table {
+        Some(table) => {
+            FUSED_CALLS.with(|calls| calls.set(calls.get() + 1));
+            let (output, codes) = <Dispatch as PositionalKernels>::fused_embedding(
                 tokens.into_dispatch(),
-                ids.into_dispatch(),
-                positions.into_dispatch(),
-                options,
-                s,
-            )
+                ids.clone().into_dispatch(),
+                positions_tensor.into_dispatch(),
+                table.into_dispatch(),
+                args,
+            );
+            (Tensor::from_dispatch(output), Tensor::from_dispatch(codes))
         }
-        PositionSource::Learned(table) => <Dispatch as PositionalKernels>::fused_embedding_learned(
-            tokens.into_dispatch(),
-            ids.into_dispatch(),
-            positions.into_dispatch(),
-            table.into_dispatch(),
-            options,
-        ),
+        None => run_reference(tokens, ids.clone(), positions_tensor, None, &args),
     };
-    (Tensor::from_dispatch(output), Tensor::from_dispatch(status))
+    let status = InputStatus {
+        codes,
+        ids,
+        positions,
+        vocab_size,
+        table_len,
+    };
+    Ok((output, status))
 }
 
-/// [`fused_embedding`], then one read-back of the status: `Err` names the first bad token (the
-/// error path also reads the ids, or the explicit positions, to name the value).
+/// [`fused_embedding`], then one read-back of the status: `Err` names the first bad token.
+///
+/// # Shapes
+///
+/// As [`fused_embedding`].
 pub fn try_fused_embedding(
     tokens: Tensor<2>,
     ids: Tensor<2, Int>,
-    positions: FusedPositions,
-    source: PositionSource,
-    options: FusedEmbeddingOptions,
+    positions: Positions,
+    table: Option<Tensor<2>>,
+    options: &FusedEmbeddingOptions,
 ) -> Result<Tensor<3>, FusedEmbeddingError> {
+    let (output, status) = fused_embedding(tokens, ids, positions, table, options)?;
+    status.check()?;
+    Ok(output)
+}
+
+/// The reference twin of [`fused_embedding`]: the extension's default body (plain burn tensor
+/// ops, several kernels) run on the tensors' device, whatever the backend. Same outputs, same
+/// status, same errors; the oracle the fused implementations are tested against.
+///
+/// # Shapes
+///
+/// As [`fused_embedding`].
+pub fn reference_embedding(
+    tokens: Tensor<2>,
+    ids: Tensor<2, Int>,
+    positions: Positions,
+    table: Option<Tensor<2>>,
+    options: &FusedEmbeddingOptions,
+) -> Result<(Tensor<3>, InputStatus), FusedEmbeddingError> {
+    let args = kernel_args(&ids, &positions, table.is_some(), options)?;
     let [vocab_size, _] = tokens.dims();
-    let max_len = match &source {
-        PositionSource::Learned(table) => Some(table.dims()[0]),
-        PositionSource::Sinusoidal(_) => None,
+    let table_len = table.as_ref().map(|t| t.dims()[0]);
+    let positions_tensor = positions_arg(&ids, &positions);
+    let (output, codes) = run_reference(tokens, ids.clone(), positions_tensor, table, &args);
+    let status = InputStatus {
+        codes,
+        ids,
+        positions,
+        vocab_size,
+        table_len,
     };
-    let [_, seq] = ids.dims();
-    let offset = match &positions {
-        FusedPositions::Offset(o) => *o as i64,
-        FusedPositions::Explicit(_) => 0,
-    };
-    let explicit = match &positions {
-        FusedPositions::Explicit(p) => Some(p.clone()),
-        FusedPositions::Offset(_) => None,
-    };
-    let (output, status) = fused_embedding(tokens, ids.clone(), positions, source, options);
-    // One read-back: the status itself, `batch * seq` small ints. A plain buffer copy; a
-    // reduction to its maximum first would add a kernel, which costs more than the bytes it
-    // saves at these sizes (measured on wgpu).
-    let codes = status.into_data();
-    let Some((index, code)) = codes.iter::<i64>().enumerate().find(|&(_, c)| c != 0) else {
-        return Ok(output);
-    };
-    let (batch, position) = (index / seq, index % seq);
-    if code & STATUS_BAD_ID != 0 {
-        let id = ids.into_data().iter::<i64>().nth(index).unwrap();
-        return Err(FusedEmbeddingError::TokenIdOutOfRange {
-            id,
-            batch,
-            position,
-            vocab_size,
-        });
-    }
-    debug_assert!(code & STATUS_BAD_POSITION != 0);
-    let value = match explicit {
-        Some(p) => p.into_data().iter::<i64>().nth(index).unwrap(),
-        None => offset + position as i64,
-    };
-    Err(FusedEmbeddingError::PositionOutOfRange {
-        value,
-        batch,
-        position,
-        max_len,
-    })
+    Ok((output, status))
+}
+
+fn run_reference(
+    tokens: Tensor<2>,
+    ids: Tensor<2, Int>,
+    positions: Tensor<2, Int>,
+    table: Option<Tensor<2>>,
+    args: &KernelArgs,
+) -> (Tensor<3>, Tensor<2, Int>) {
+    let (output, codes) = reference::fused_embedding::<Dispatch>(
+        tokens.into_dispatch(),
+        ids.into_dispatch(),
+        positions.into_dispatch(),
+        table.map(Tensor::into_dispatch),
+        args,
+    );
+    (Tensor::from_dispatch(output), Tensor::from_dispatch(codes))
 }

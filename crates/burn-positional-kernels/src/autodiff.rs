@@ -9,7 +9,7 @@
 //!   are shared (`[1, seq]`), then scatter-added at the positions; bad positions get nothing.
 //!   Sequential positions that all lie inside the table skip the masks and the scatter: the
 //!   batch sum is placed at rows `offset..offset + seq`;
-//! - sinusoidal: no parameter, no gradient.
+//! - a constant table (the sinusoid cache) is not tracked: no gradient.
 //!
 //! The status output is an int tensor: not differentiable.
 
@@ -26,11 +26,11 @@ use burn::backend::{
 use burn::tensor::{FloatDType, Shape};
 
 use crate::PositionalKernels;
-use crate::options::{FusedCombine, FusedEmbeddingOptions, Sinusoid};
-use crate::reference::{bool_dtype, id_ok, position_ok, positions_tensor, token_keep};
+use crate::options::{FusedCombine, FusedEmbeddingOptions, KernelArgs};
+use crate::reference::{bool_dtype, id_ok, position_ok, positions_of, token_keep};
 
 /// Gradient of the token table `[vocab, d_token]` from the output gradient `[batch, seq, d_out]`.
-pub fn token_table_grad<B: Backend>(
+fn token_table_grad<B: Backend>(
     grad: FloatTensor<B>,
     tokens: &FloatTensor<B>,
     ids: IntTensor<B>,
@@ -55,12 +55,14 @@ pub fn token_table_grad<B: Backend>(
 }
 
 /// Gradient of the learned table `[max_len, d_position]`.
-pub fn learned_table_grad<B: Backend>(
+fn learned_table_grad<B: Backend>(
     grad: FloatTensor<B>,
     table: &FloatTensor<B>,
+    ids: &IntTensor<B>,
     positions: IntTensor<B>,
-    options: &FusedEmbeddingOptions,
+    args: &KernelArgs,
 ) -> FloatTensor<B> {
+    let options = &args.options;
     let [max_len, d_position] = table.shape().dims();
     let [_, seq, d_out] = grad.shape().dims();
     let grad = match options.combine {
@@ -74,8 +76,8 @@ pub fn learned_table_grad<B: Backend>(
             ],
         ),
     };
-    let first = usize::try_from(options.offset).ok();
-    if options.sequential_positions
+    let first = usize::try_from(args.offset()).ok();
+    if args.sequential()
         && let Some(first) = first.filter(|&first| first + seq <= max_len)
     {
         // Rows first..first + seq, every one inside the table: the gradient is the output
@@ -83,7 +85,7 @@ pub fn learned_table_grad<B: Backend>(
         let rows = B::float_reshape(B::float_sum_dim(grad, 0), Shape::new([seq, d_position]));
         return place_rows::<B>(rows, first, max_len, &table.device());
     }
-    let positions = positions_tensor::<B>(positions, seq, options);
+    let positions = positions_of::<B>(positions, ids, args);
     let [rows, _] = positions.shape().dims();
     // Shared positions: one sum over the batch, then one scatter of `seq` rows.
     let grad = if rows == 1 {
@@ -93,8 +95,7 @@ pub fn learned_table_grad<B: Backend>(
     };
     let bd = bool_dtype::<B>(&table.device());
     let fd = FloatDType::from(grad.dtype());
-    let positions = B::int_add_scalar(positions, Scalar::from(options.offset));
-    let ok = position_ok::<B>(positions.clone(), Some(max_len), bd);
+    let ok = position_ok::<B>(positions.clone(), max_len, bd);
     let safe = B::int_mask_fill(positions, B::bool_not(ok.clone()), Scalar::from(0i64));
     let keep = B::float_reshape(B::bool_into_float(ok, fd), Shape::new([rows, seq, 1]));
     let keep = B::float_expand(keep, Shape::new([rows, seq, d_position]));
@@ -121,119 +122,67 @@ fn place_rows<B: Backend>(
 }
 
 #[derive(Debug)]
-struct SinusoidalBackward;
+struct EmbeddingBackward;
 
-impl<B: Backend> Backward<B, 1> for SinusoidalBackward {
-    /// Token table (for its shape and device), ids, options.
-    type State = (FloatTensor<B>, IntTensor<B>, FusedEmbeddingOptions);
-
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_tokens] = ops.parents;
-        let grad = grads.consume::<B>(&ops.node);
-        let (tokens, ids, options) = ops.state;
-        if let Some(node) = node_tokens {
-            grads.register::<B>(node.id, token_table_grad::<B>(grad, &tokens, ids, &options));
-        }
-    }
-}
-
-#[derive(Debug)]
-struct LearnedBackward;
-
-impl<B: Backend> Backward<B, 2> for LearnedBackward {
-    /// Token table, learned table, ids, positions, options.
+impl<B: Backend> Backward<B, 2> for EmbeddingBackward {
+    /// Token table, position table, ids, positions, arguments.
     type State = (
         FloatTensor<B>,
         FloatTensor<B>,
         IntTensor<B>,
         IntTensor<B>,
-        FusedEmbeddingOptions,
+        KernelArgs,
     );
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node_tokens, node_table] = ops.parents;
         let grad = grads.consume::<B>(&ops.node);
-        let (tokens, table, ids, positions, options) = ops.state;
+        let (tokens, table, ids, positions, args) = ops.state;
         if let Some(node) = node_table {
-            let g = learned_table_grad::<B>(grad.clone(), &table, positions, &options);
+            let g = learned_table_grad::<B>(grad.clone(), &table, &ids, positions, &args);
             grads.register::<B>(node.id, g);
         }
         if let Some(node) = node_tokens {
-            grads.register::<B>(node.id, token_table_grad::<B>(grad, &tokens, ids, &options));
+            let g = token_table_grad::<B>(grad, &tokens, ids, &args.options);
+            grads.register::<B>(node.id, g);
         }
     }
 }
 
 impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels for Autodiff<B, C> {
-    fn fused_embedding_sinusoidal(
-        tokens: FloatTensor<Self>,
-        ids: IntTensor<Self>,
-        positions: IntTensor<Self>,
-        options: FusedEmbeddingOptions,
-        sinusoid: Sinusoid,
-    ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        match SinusoidalBackward
-            .prepare::<C>([tokens.node()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let inner = tokens.primitive().clone();
-                let (output, status) = B::fused_embedding_sinusoidal(
-                    inner.clone(),
-                    ids.clone(),
-                    positions,
-                    options.clone(),
-                    sinusoid,
-                );
-                (prep.finish((inner, ids, options), output), status)
-            }
-            OpsKind::UnTracked(prep) => {
-                let (output, status) = B::fused_embedding_sinusoidal(
-                    tokens.into_primitive(),
-                    ids,
-                    positions,
-                    options,
-                    sinusoid,
-                );
-                (prep.finish(output), status)
-            }
-        }
-    }
-
-    fn fused_embedding_learned(
+    fn fused_embedding(
         tokens: FloatTensor<Self>,
         ids: IntTensor<Self>,
         positions: IntTensor<Self>,
         table: FloatTensor<Self>,
-        options: FusedEmbeddingOptions,
+        args: KernelArgs,
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        match LearnedBackward
+        match EmbeddingBackward
             .prepare::<C>([tokens.node(), table.node()])
             .compute_bound()
             .stateful()
         {
             OpsKind::Tracked(prep) => {
                 let (tokens, table) = (tokens.primitive().clone(), table.primitive().clone());
-                let (output, status) = B::fused_embedding_learned(
+                let (output, status) = B::fused_embedding(
                     tokens.clone(),
                     ids.clone(),
                     positions.clone(),
                     table.clone(),
-                    options.clone(),
+                    args.clone(),
                 );
                 (
-                    prep.finish((tokens, table, ids, positions, options), output),
+                    prep.finish((tokens, table, ids, positions, args), output),
                     status,
                 )
             }
             OpsKind::UnTracked(prep) => {
-                let (output, status) = B::fused_embedding_learned(
+                let (output, status) = B::fused_embedding(
                     tokens.into_primitive(),
                     ids,
                     positions,
                     table.into_primitive(),
-                    options,
+                    args,
                 );
                 (prep.finish(output), status)
             }

@@ -5,8 +5,8 @@
 //! Metal, the CubeCL CPU runtime). The `Fusion` selector of `#[backend_extension]` generates
 //! `impl<B: FusionBackend + PositionalKernels> PositionalKernels for Fusion<B>`, which is what
 //! `burn::backend::Cube` is when burn's `fusion` is on (wgpu's default): it registers the op
-//! lazily with the output shapes from [`crate::options::meta_sinusoidal`] /
-//! [`crate::options::meta_learned`] and calls this implementation when the stream executes.
+//! lazily with the output shapes from [`crate::options::meta`] and calls this implementation
+//! when the stream executes.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value, and `%` rather than
 // `is_multiple_of` (not a CubeCL intrinsic).
@@ -17,25 +17,26 @@ use burn::backend::{
     ops::IntTensorOps,
     tensor::{FloatTensor, IntTensor},
 };
-use burn::tensor::{IntDType, Shape};
+use burn::tensor::{DType, IntDType, Shape};
 use burn_cubecl::{
     CubeBackend, kernel::into_contiguous, ops::numeric::empty_device_dtype, tensor::CubeTensor,
 };
 use cubecl::{calculate_cube_count_elemwise, prelude::*};
 
 use crate::PositionalKernels;
-use crate::options::{FusedCombine, FusedEmbeddingOptions, Sinusoid, check_tensors};
+use crate::options::{FusedCombine, KernelArgs, check_tensors};
 
 /// One unit per output vector of `N` consecutive columns of one row (`row = b * seq + s`).
 ///
 /// `N` divides `d_token` and `d_position` (the host picks it), so a vector lies wholly in the
 /// token part or wholly in the position part of a concatenated row. Inputs are contiguous.
-/// `table` is the learned table, or any float tensor (unread) when `learned` is false;
-/// `positions` is unread when `sequential` is true. Every read is guarded by the id and
-/// position checks, which is what makes the unchecked launch safe. Writes `status[row]` from
-/// the unit holding the row's first vector.
+/// `positions` is unread when `sequential` is true. Ids and positions are compared in their
+/// own int type `I` before any index is formed, and every read is guarded by those checks,
+/// which is what makes the unchecked launch safe. A part with no valid source is `nan` (passed
+/// at run time: WGSL has no NaN literal). Writes `status[row]` from the unit holding the row's
+/// first vector.
 #[cube(launch_unchecked)]
-fn fused_embedding_kernel<F: Float, I: Numeric, N: Size>(
+fn fused_embedding_kernel<F: Float, I: Int, N: Size>(
     tokens: &Tensor<Vector<F, N>>,
     ids: &Tensor<I>,
     positions: &Tensor<I>,
@@ -48,14 +49,12 @@ fn fused_embedding_kernel<F: Float, I: Numeric, N: Size>(
     d_token_vectors: u32,
     d_position_vectors: u32,
     d_out_vectors: u32,
-    d_position: u32,
     position_row_stride: u32,
     table_len: u32,
     offset: i32,
     padding_idx: i32,
     scale: f32,
-    log_base: f32,
-    #[comptime] learned: bool,
+    nan: f32,
     #[comptime] concat: bool,
     #[comptime] sequential: bool,
     #[define(F, I)] _dtypes: [ElemType; 2],
@@ -71,23 +70,26 @@ fn fused_embedding_kernel<F: Float, I: Numeric, N: Size>(
     let col = ABSOLUTE_POS % d_out_vectors;
     let s = row % seq;
 
-    let id = i32::cast_from(ids[row]);
-    let mut p = i32::cast_from(s) + offset;
+    let zero = I::cast_from(0u32);
+    let id = ids[row];
+    let mut p = I::cast_from(s) + I::cast_from(offset);
     if !sequential {
         let b = row / seq;
-        p = i32::cast_from(positions[b * (position_row_stride as usize) + s]) + offset;
+        p = positions[b * (position_row_stride as usize) + s];
     }
-    let id_ok = id >= 0 && id < i32::cast_from(vocab);
-    let mut pos_ok = p >= 0;
-    if learned {
-        pos_ok = pos_ok && p < i32::cast_from(table_len);
-    }
+    let id_ok = id >= zero && id < I::cast_from(vocab);
+    let pos_ok = p >= zero && p < I::cast_from(table_len);
+    let nan = Vector::<F, N>::new(F::cast_from(nan));
 
     let mut value = Vector::<F, N>::new(F::new(0.0));
     // Token part.
-    if col < d_token_vectors && id_ok && id != padding_idx {
-        value = tokens[usize::cast_from(id) * d_token_vectors + col]
-            * Vector::<F, N>::new(F::cast_from(scale));
+    if col < d_token_vectors {
+        if !id_ok {
+            value = nan;
+        } else if id != I::cast_from(padding_idx) {
+            value = tokens[usize::cast_from(id) * d_token_vectors + col]
+                * Vector::<F, N>::new(F::cast_from(scale));
+        }
     }
     // Position part: every column for Add, columns d_token.. for Concat.
     let mut has_position = true;
@@ -98,27 +100,11 @@ fn fused_embedding_kernel<F: Float, I: Numeric, N: Size>(
             j = col - d_token_vectors;
         }
     }
-    if has_position && pos_ok {
-        if learned {
+    if has_position {
+        if pos_ok {
             value += table[usize::cast_from(p) * d_position_vectors + j];
         } else {
-            // Lane k holds column c = j * N + k: sin(p w) at even c, cos(p w) at odd c, with
-            // w = base^(-2 (c / 2) / d) evaluated in f32.
-            let n = N::value();
-            let mut pe = Vector::<F, N>::new(F::new(0.0));
-            #[unroll]
-            for k in 0..n {
-                let c = j * n + k;
-                let exponent = f32::cast_from(2 * (c / 2)) / f32::cast_from(d_position);
-                let w = (-(exponent * log_base)).exp();
-                let angle = f32::cast_from(p) * w;
-                let mut lane = angle.cos();
-                if c % 2 == 0 {
-                    lane = angle.sin();
-                }
-                pe.insert(k, F::cast_from(lane));
-            }
-            value += pe;
+            value = nan;
         }
     }
     output[ABSOLUTE_POS] = value;
@@ -135,49 +121,49 @@ fn fused_embedding_kernel<F: Float, I: Numeric, N: Size>(
     }
 }
 
-/// Host side of the launch: checks shapes, makes inputs contiguous, allocates the outputs and
-/// launches [`fused_embedding_kernel`].
-pub fn launch(
+/// Host side of the launch: checks shapes and dtypes, makes inputs contiguous, allocates the
+/// outputs and launches [`fused_embedding_kernel`].
+fn launch(
     tokens: CubeTensor,
     ids: CubeTensor,
     positions: CubeTensor,
-    table: Option<CubeTensor>,
-    sinusoid: Option<Sinusoid>,
-    options: &FusedEmbeddingOptions,
+    table: CubeTensor,
+    args: &KernelArgs,
 ) -> (CubeTensor, CubeTensor) {
-    let dims = check_tensors(
-        &tokens,
-        &ids,
-        &positions,
-        table.as_ref(),
-        sinusoid.as_ref(),
-        options,
-    );
+    let dims = check_tensors(&tokens, &ids, &positions, &table, args);
     tokens.assert_is_on_same_device(&ids);
     tokens.assert_is_on_same_device(&positions);
+    tokens.assert_is_on_same_device(&table);
 
-    // One int type `I` in the kernel: positions take the ids' dtype.
-    let positions = if positions.dtype != ids.dtype {
-        CubeBackend::int_cast(positions, IntDType::from(ids.dtype))
-    } else {
-        positions
-    };
-    let tokens = into_contiguous(tokens);
-    let ids = into_contiguous(ids);
-    let positions = into_contiguous(positions);
-    let learned = table.is_some();
-    let table = match table {
-        Some(table) => {
-            tokens.assert_is_on_same_device(&table);
-            into_contiguous(table)
+    // One int type `I` in the kernel, the wider of the two: widening never changes a value, so
+    // ids and positions are still compared in (at least) their own width.
+    let int_dtype =
+        if ids.dtype == DType::I64 || (!args.sequential() && positions.dtype == DType::I64) {
+            DType::I64
+        } else {
+            DType::I32
+        };
+    let widen = |t: CubeTensor| {
+        if t.dtype == int_dtype {
+            t
+        } else {
+            CubeBackend::int_cast(t, IntDType::from(int_dtype))
         }
-        // Unused by the kernel (`learned` is a comptime false); any float binding will do.
-        None => tokens.clone(),
     };
+    let status_dtype = ids.dtype;
+    let tokens = into_contiguous(tokens);
+    let ids = into_contiguous(widen(ids));
+    let positions = if args.sequential() {
+        // Unread: the ids stand in, with the kernel's int type.
+        ids.clone()
+    } else {
+        into_contiguous(widen(positions))
+    };
+    let table = into_contiguous(table);
 
     let client = tokens.client.clone();
     let device = tokens.device.clone();
-    let (float_dtype, int_dtype) = (tokens.dtype, ids.dtype);
+    let float_dtype = tokens.dtype;
     let output = empty_device_dtype(
         client.clone(),
         device.clone(),
@@ -200,21 +186,30 @@ pub fn launch(
     let rows = dims.batch * dims.seq;
     let working_units = rows * dims.d_out / vector_size;
     if working_units == 0 {
-        return (output, status);
+        return (output, narrow(status, status_dtype));
     }
     let cube_dim = CubeDim::new(&client, working_units);
     let cube_count = calculate_cube_count_elemwise(&client, working_units, cube_dim);
-    let base = sinusoid.map_or(10_000.0, |s| s.base);
     let u32_of = |v: usize, what: &str| {
         u32::try_from(v).unwrap_or_else(|_| panic!("fused_embedding: {what} = {v} exceeds u32"))
     };
     u32_of(working_units, "the number of output vectors");
     u32_of(dims.vocab * dims.d_token, "the token table's size");
+    u32_of(
+        dims.table_len * dims.d_position,
+        "the position table's size",
+    );
+    assert!(
+        dims.vocab <= i32::MAX as usize && dims.table_len <= i32::MAX as usize,
+        "fused_embedding: tables of more than i32::MAX rows are not supported"
+    );
 
     // SAFETY: every tensor is contiguous with the shape `check_tensors` accepted; the kernel
     // bounds its units by the output's vector count, reads a token row only for an id in
-    // `0..vocab` and a table row only for a position in `0..max_len`, and reads `positions` at
-    // `[0 or b, s]` of a `[1 or batch, seq]` tensor (or not at all when sequential).
+    // `0..vocab` and a table row only for a position in `0..max_len` (both compared in the
+    // kernel's int type, at least as wide as the input's), and reads `positions` at
+    // `[0 or b, s]` of a `[1 or batch, seq]` tensor (or not at all when sequential). The offset
+    // fits i32 with `offset + seq` (checked by `api::kernel_args`).
     unsafe {
         fused_embedding_kernel::launch_unchecked(
             &client,
@@ -233,49 +228,46 @@ pub fn launch(
             u32_of(dims.d_token / vector_size, "d_token"),
             u32_of(dims.d_position / vector_size, "d_position"),
             u32_of(dims.d_out / vector_size, "d_out"),
-            u32_of(dims.d_position, "d_position"),
             if dims.position_rows == 1 {
                 0
             } else {
                 u32_of(dims.seq, "seq")
             },
-            u32_of(dims.table_len.unwrap_or(0), "max_len"),
-            i32::try_from(options.offset).expect("fused_embedding: offset exceeds i32"),
-            options
+            u32_of(dims.table_len, "max_len"),
+            i32::try_from(args.offset()).expect("fused_embedding: offset exceeds i32"),
+            args.options
                 .padding_idx
-                .map_or(-1, |p| i32::try_from(p).expect("padding_idx exceeds i32")),
-            options.scale,
-            base.ln() as f32,
-            learned,
-            options.combine == FusedCombine::Concat,
-            options.sequential_positions,
+                .map_or(-1, |p| i32::try_from(p).unwrap_or(-1)),
+            args.options.scale,
+            f32::NAN,
+            args.options.combine == FusedCombine::Concat,
+            args.sequential(),
             [
                 dtype_to_storage_type(float_dtype),
                 dtype_to_storage_type(int_dtype),
             ],
         );
     }
-    (output, status)
+    (output, narrow(status, status_dtype))
+}
+
+/// The status in the ids' dtype (the kernel wrote it in its int type).
+fn narrow(status: CubeTensor, dtype: DType) -> CubeTensor {
+    if status.dtype == dtype {
+        status
+    } else {
+        CubeBackend::int_cast(status, IntDType::from(dtype))
+    }
 }
 
 impl PositionalKernels for CubeBackend {
-    fn fused_embedding_sinusoidal(
-        tokens: FloatTensor<Self>,
-        ids: IntTensor<Self>,
-        positions: IntTensor<Self>,
-        options: FusedEmbeddingOptions,
-        sinusoid: Sinusoid,
-    ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        launch(tokens, ids, positions, None, Some(sinusoid), &options)
-    }
-
-    fn fused_embedding_learned(
+    fn fused_embedding(
         tokens: FloatTensor<Self>,
         ids: IntTensor<Self>,
         positions: IntTensor<Self>,
         table: FloatTensor<Self>,
-        options: FusedEmbeddingOptions,
+        args: KernelArgs,
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        launch(tokens, ids, positions, Some(table), None, &options)
+        launch(tokens, ids, positions, table, &args)
     }
 }

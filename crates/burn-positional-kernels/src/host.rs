@@ -1,11 +1,10 @@
 //! Multi-threaded Rust implementation for the CPU backends (flex and ndarray).
 //!
 //! Both backends keep their tensors in host memory; the op borrows the token table, the
-//! learned table, the ids and the positions where they are contiguous (f32; i32 or i64), and
+//! position table, the ids and the positions where they are contiguous (f32; i32 or i64), and
 //! writes each output row once, on the calling thread for small outputs and on rayon workers
-//! for large ones. The row loops are compiled for each SIMD level and picked at run time
-//! (`multiversion`). Sinusoidal values are evaluated in f64 and rounded once to f32, exactly as
-//! the unfused layer's `sinusoid_rows` does.
+//! for large ones (advised for huge pages first). The row loops are compiled for each SIMD
+//! level and picked at run time (`multiversion`).
 
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
@@ -21,31 +20,22 @@ use rayon::prelude::*;
 
 use crate::PositionalKernels;
 use crate::options::{
-    Dims, FusedCombine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION, Sinusoid,
-    check_tensors,
+    Dims, FusedCombine, KernelArgs, STATUS_BAD_ID, STATUS_BAD_POSITION, check_tensors,
 };
 
 /// Outputs with fewer elements than this are written on the calling thread.
 const PARALLEL_FROM: usize = 1 << 18;
 
-/// Position source, borrowed.
-pub enum HostPosition<'a> {
-    /// Frequencies `w_i` in f64.
-    Sinusoidal(Vec<f64>),
-    /// Row-major `[max_len, d_position]`.
-    Learned(&'a [f32]),
-}
-
 /// Integer values (ids, positions) as a backend stores them: borrowed i32 or i64, or a
-/// converted copy.
-pub enum Ints<'a> {
+/// converted copy. Read in i64, so both widths are compared in (at least) their own width.
+pub(crate) enum Ints<'a> {
     I32(&'a [i32]),
     I64(&'a [i64]),
     Owned(Vec<i64>),
 }
 
 impl Ints<'_> {
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         match self {
             Self::I32(v) => v.len(),
             Self::I64(v) => v.len(),
@@ -53,12 +43,8 @@ impl Ints<'_> {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     #[inline]
-    pub fn at(&self, i: usize) -> i64 {
+    fn at(&self, i: usize) -> i64 {
         match self {
             Self::I32(v) => i64::from(v[i]),
             Self::I64(v) => v[i],
@@ -67,15 +53,50 @@ impl Ints<'_> {
     }
 }
 
-/// The fused op on host slices. Returns the `[batch, seq, d_out]` output and the `[batch, seq]`
-/// status, both row-major.
-pub fn fused_embedding_host(
+/// Outputs of at least this many bytes are advised for transparent huge pages before their
+/// first touch: a fresh 100 MB output costs about half as much to fault in with 2 MB pages as
+/// with 4 KB ones (measured on this project's machine, THP mode `madvise`).
+const HUGE_PAGES_FROM: usize = 8 << 20;
+
+/// An uninitialized buffer of `len` floats, advised for huge pages when large.
+fn output_buffer(len: usize) -> Vec<MaybeUninit<f32>> {
+    let mut output: Vec<MaybeUninit<f32>> = Vec::with_capacity(len);
+    // SAFETY: `MaybeUninit<f32>` has no validity requirement, and the capacity is reserved.
+    unsafe { output.set_len(len) };
+    let bytes = len * size_of::<f32>();
+    #[cfg(target_os = "linux")]
+    if bytes >= HUGE_PAGES_FROM {
+        const PAGE: usize = 4096;
+        let start = output.as_mut_ptr() as usize;
+        let aligned = start.next_multiple_of(PAGE);
+        let end = (start + bytes) / PAGE * PAGE;
+        if end > aligned {
+            // SAFETY: the range lies inside this allocation and is page-aligned; the advice
+            // changes how pages are backed, never their contents. Failure is harmless.
+            unsafe {
+                libc::madvise(
+                    aligned as *mut libc::c_void,
+                    end - aligned,
+                    libc::MADV_HUGEPAGE,
+                );
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (bytes, HUGE_PAGES_FROM);
+    output
+}
+
+/// The fused op on host slices: returns the `[batch, seq, d_out]` output and the `[batch, seq]`
+/// status, both row-major. `dims` comes from [`check_tensors`], which guarantees positive
+/// widths and `d_out = d_token (+ d_position)`, so every column of every row is written.
+fn fused_embedding_host(
     dims: Dims,
     tokens: &[f32],
     ids: &Ints<'_>,
     positions: &Ints<'_>,
-    position: &HostPosition<'_>,
-    options: &FusedEmbeddingOptions,
+    table: &[f32],
+    args: &KernelArgs,
 ) -> (Vec<f32>, Vec<i32>) {
     let Dims {
         vocab,
@@ -87,92 +108,88 @@ pub fn fused_embedding_host(
         table_len,
         d_out,
     } = dims;
+    let options = &args.options;
     assert_eq!(tokens.len(), vocab * d_token);
+    assert_eq!(table.len(), table_len * d_position);
     assert_eq!(ids.len(), batch * seq);
-    assert!(options.sequential_positions || positions.len() == position_rows * seq);
+    assert!(args.sequential() || positions.len() == position_rows * seq);
+    assert!(d_token > 0 && d_position > 0);
+    assert_eq!(
+        d_out,
+        match options.combine {
+            FusedCombine::Add => d_token,
+            FusedCombine::Concat => d_token + d_position,
+        }
+    );
     let output_len = batch * seq * d_out;
-    // Left uninitialized: every row writes all of its columns first (below), so the output is
+    // Left uninitialized: every row writes all of its columns (below), so the output is
     // written once rather than zeroed and then written.
-    let mut output: Vec<MaybeUninit<f32>> = Vec::with_capacity(output_len);
-    // SAFETY: `MaybeUninit<f32>` has no validity requirement, and the capacity is reserved.
-    unsafe { output.set_len(output_len) };
+    let mut output = output_buffer(output_len);
     let mut status = vec![0i32; batch * seq];
     let padding = options.padding_idx.map(|p| p as i64);
-    let (pos_offset, tok_end) = match options.combine {
-        FusedCombine::Add => (0, d_token),
-        FusedCombine::Concat => (d_token, d_token),
+    let offset = args.offset();
+    let sequential = args.sequential();
+    let pos_offset = match options.combine {
+        FusedCombine::Add => 0,
+        FusedCombine::Concat => d_token,
     };
 
     let write_row = |row: usize, (out, flag): (&mut [MaybeUninit<f32>], &mut i32)| {
         let (b, s) = (row / seq, row % seq);
         let id = ids.at(row);
-        let p = if options.sequential_positions {
-            s as i64
+        let p = if sequential {
+            s as i64 + offset
         } else {
             let p_row = if position_rows == 1 { 0 } else { b };
             positions.at(p_row * seq + s)
-        } + options.offset;
+        };
         let id_ok = id >= 0 && (id as u64) < vocab as u64;
-        let pos_ok = p >= 0 && table_len.is_none_or(|len| (p as u64) < len as u64);
+        let pos_ok = p >= 0 && (p as u64) < table_len as u64;
         *flag = (if id_ok { 0 } else { STATUS_BAD_ID }
             + if pos_ok { 0 } else { STATUS_BAD_POSITION }) as i32;
 
         let has_token = id_ok && Some(id) != padding;
         let token_row = || &tokens[id as usize * d_token..(id as usize + 1) * d_token];
-        // The common case in one pass: a learned row added to a token row.
-        if let (FusedCombine::Add, HostPosition::Learned(table), true, true) =
-            (options.combine, position, has_token, pos_ok)
-        {
-            let pos = &table[p as usize * d_position..(p as usize + 1) * d_position];
-            scaled_sum(out, token_row(), options.scale, pos);
+        let position_row = || &table[p as usize * d_position..(p as usize + 1) * d_position];
+        // The common case in one pass: a table row added to a token row.
+        if let (FusedCombine::Add, true, true) = (options.combine, has_token, pos_ok) {
+            scaled_sum(out, token_row(), options.scale, position_row());
             return;
         }
-        // Every column is written here: the token part (zero for padding and bad ids), and
-        // zeros for a concatenated position part.
-        let (token_part, rest) = out.split_at_mut(tok_end);
+        // Every column is written here: the token part (zero for padding, NaN for a bad id),
+        // then the position part (added for Add, copied for Concat, NaN for a bad position).
+        let (token_part, rest) = out.split_at_mut(d_token);
         if has_token {
             scaled_copy(token_part, token_row(), options.scale);
         } else {
-            token_part.fill(MaybeUninit::new(0.0));
+            token_part.fill(MaybeUninit::new(if id_ok { 0.0 } else { f32::NAN }));
         }
         rest.fill(MaybeUninit::new(0.0));
         // SAFETY: every element of the row was initialized just above, and `MaybeUninit<f32>`
         // has the layout of `f32`.
         let out: &mut [f32] = unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) };
-        if !pos_ok {
-            return;
-        }
         let dst = &mut out[pos_offset..pos_offset + d_position];
-        match position {
-            HostPosition::Sinusoidal(freqs) => {
-                for (pair, &w) in dst.chunks_exact_mut(2).zip(freqs) {
-                    let (sin, cos) = (p as f64 * w).sin_cos();
-                    pair[0] += sin as f32;
-                    pair[1] += cos as f32;
-                }
-            }
-            HostPosition::Learned(table) => {
-                add_assign(
-                    dst,
-                    &table[p as usize * d_position..(p as usize + 1) * d_position],
-                );
-            }
+        if pos_ok {
+            add_assign(dst, position_row());
+        } else {
+            dst.fill(f32::NAN);
         }
     };
-    let rows = output.chunks_mut(d_out.max(1)).zip(status.iter_mut());
+    let rows = output.chunks_mut(d_out).zip(status.iter_mut());
     if output_len < PARALLEL_FROM {
         // Small outputs: waking the thread pool costs more than the work.
         rows.enumerate()
             .for_each(|(row, pair)| write_row(row, pair));
     } else {
         output
-            .par_chunks_mut(d_out.max(1))
+            .par_chunks_mut(d_out)
             .zip(status.par_iter_mut())
             .enumerate()
             .for_each(|(row, pair)| write_row(row, pair));
     }
-    // SAFETY: every row, and so every element, was initialized by `write_row`; the buffer is
-    // reinterpreted with its own length and capacity.
+    // SAFETY: every row, and so every element, was initialized by `write_row` (`d_out` is the
+    // row width, positive, and each row writes `d_token` then `d_out - d_token` columns); the
+    // buffer is reinterpreted with its own length and capacity.
     let output = unsafe {
         let mut output = std::mem::ManuallyDrop::new(output);
         Vec::from_raw_parts(
@@ -212,35 +229,25 @@ fn add_assign(out: &mut [f32], positions: &[f32]) {
     }
 }
 
-/// The extension on a [`HostTensors`] backend: both ops go to [`run`].
+/// The extension on a [`HostTensors`] backend: the op goes to [`run`].
 macro_rules! host_extension {
     ($backend:ty) => {
         impl PositionalKernels for $backend {
-            fn fused_embedding_sinusoidal(
-                tokens: FloatTensor<Self>,
-                ids: IntTensor<Self>,
-                positions: IntTensor<Self>,
-                options: FusedEmbeddingOptions,
-                sinusoid: Sinusoid,
-            ) -> (FloatTensor<Self>, IntTensor<Self>) {
-                run::<Self>(&tokens, &ids, &positions, None, Some(sinusoid), &options)
-            }
-
-            fn fused_embedding_learned(
+            fn fused_embedding(
                 tokens: FloatTensor<Self>,
                 ids: IntTensor<Self>,
                 positions: IntTensor<Self>,
                 table: FloatTensor<Self>,
-                options: FusedEmbeddingOptions,
+                args: KernelArgs,
             ) -> (FloatTensor<Self>, IntTensor<Self>) {
-                run::<Self>(&tokens, &ids, &positions, Some(&table), None, &options)
+                run::<Self>(&tokens, &ids, &positions, &table, &args)
             }
         }
     };
 }
 
 /// Reads, converts and writes primitives of one CPU backend.
-pub trait HostTensors {
+pub(crate) trait HostTensors {
     /// The primitive (the same type holds floats and ints on both CPU backends).
     type Primitive;
     /// The values as f32, borrowed when possible.
@@ -331,36 +338,31 @@ mod ndarray_io {
     host_extension!(NdArray);
 }
 
-/// The CPU implementation for any [`HostTensors`] backend.
-pub fn run<B: HostTensors>(
+/// The CPU implementation for any [`HostTensors`] backend. Floats are read as f32 (borrowed
+/// when stored so, converted otherwise) and the output is converted back to the tokens' dtype.
+fn run<B: HostTensors>(
     tokens: &B::Primitive,
     ids: &B::Primitive,
     positions: &B::Primitive,
-    table: Option<&B::Primitive>,
-    sinusoid: Option<Sinusoid>,
-    options: &FusedEmbeddingOptions,
+    table: &B::Primitive,
+    args: &KernelArgs,
 ) -> (B::Primitive, B::Primitive)
 where
     B::Primitive: TensorMetadata,
 {
-    let dims = check_tensors(tokens, ids, positions, table, sinusoid.as_ref(), options);
+    let dims = check_tensors(tokens, ids, positions, table, args);
     let float_dtype = tokens.dtype();
     let int_dtype = ids.dtype();
     let token_values = B::floats(tokens);
-    let table_values = table.map(|t| B::floats(t));
-    let position = match (&table_values, sinusoid) {
-        (Some(values), _) => HostPosition::Learned(values),
-        (None, Some(s)) => HostPosition::Sinusoidal(s.frequencies()),
-        (None, None) => unreachable!(),
+    let table_values = B::floats(table);
+    let ids = B::ints(ids);
+    let positions = if args.sequential() {
+        Ints::I32(&[])
+    } else {
+        B::ints(positions)
     };
-    let (output, status) = fused_embedding_host(
-        dims,
-        &token_values,
-        &B::ints(ids),
-        &B::ints(positions),
-        &position,
-        options,
-    );
+    let (output, status) =
+        fused_embedding_host(dims, &token_values, &ids, &positions, &table_values, args);
     let output = TensorData::new(output, [dims.batch, dims.seq, dims.d_out]);
     let output = if float_dtype == DType::F32 {
         output

@@ -1,14 +1,14 @@
-//! The op's ordinary (non-tensor) arguments, the shape contract every implementation checks,
-//! and the output metadata the `Fusion` wrapper needs before the kernel runs.
+//! The op's ordinary (non-tensor) arguments, the shape and dtype contract every implementation
+//! checks, and the output metadata the `Fusion` wrapper needs before the kernel runs.
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
 use burn::tensor::{DType, Shape};
 
-/// Status bit: the token id lies outside `0..vocab`. Its token part is zero.
+/// Status bit: the token id lies outside `0..vocab_size`. Its token part is NaN.
 pub const STATUS_BAD_ID: i64 = 1;
-/// Status bit: the position is negative, or (learned) at or past `max_len`. Its position part
-/// is zero.
+/// Status bit: the position is negative, or at or past the end of the position table. Its
+/// position part is NaN.
 pub const STATUS_BAD_POSITION: i64 = 2;
 
 /// How token vectors and position vectors are combined.
@@ -20,8 +20,7 @@ pub enum FusedCombine {
     Concat,
 }
 
-/// Ordinary arguments shared by both methods. `Clone + Send + Sync + 'static`, as the `Fusion`
-/// wrapper captures them for deferred execution.
+/// What the op does to each token, besides looking it up.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FusedEmbeddingOptions {
     /// Multiplier of the token vectors (1, or `sqrt(d_model)`).
@@ -31,13 +30,6 @@ pub struct FusedEmbeddingOptions {
     pub padding_idx: Option<usize>,
     /// Add or concatenate.
     pub combine: FusedCombine,
-    /// Added to every position (incremental decoding). Explicit positions use `0`.
-    pub offset: i64,
-    /// When true, the position of token `(b, s)` is `offset + s` and the `positions` argument
-    /// is not read (any int tensor on the device will do; [`crate::fused_embedding`] passes the
-    /// ids): no position tensor is built or uploaded. When false, positions come from the
-    /// `positions` tensor.
-    pub sequential_positions: bool,
 }
 
 impl Default for FusedEmbeddingOptions {
@@ -46,43 +38,49 @@ impl Default for FusedEmbeddingOptions {
             scale: 1.0,
             padding_idx: None,
             combine: FusedCombine::Add,
-            offset: 0,
-            sequential_positions: false,
         }
     }
 }
 
-/// The sinusoidal scheme: `w_i = base^(-2i/d_position)`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sinusoid {
-    /// Wavelength base (10 000 in the paper).
-    pub base: f64,
-    /// Width of the position part. Must be even; equals `d_token` for `Add`.
-    pub d_position: usize,
+/// Where the kernel takes positions from. Internal to the extension: users say
+/// [`Positions`](crate::Positions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PositionMode {
+    /// Token `(b, s)` sits at `offset + s`; the positions argument is not read. No position
+    /// tensor is built or uploaded per call.
+    Sequential {
+        /// The first position; at most `i32::MAX - seq` (checked by [`crate::api`]).
+        offset: i64,
+    },
+    /// Positions come from the `[1 or batch, seq]` positions argument.
+    Explicit,
 }
 
-impl Sinusoid {
-    /// The paper's base, `d_position` wide.
-    pub fn new(d_position: usize) -> Self {
-        Self {
-            base: 10_000.0,
-            d_position,
+/// Everything the extension method takes besides tensors. `Clone + Send + Sync + 'static`, as
+/// the `Fusion` wrapper captures it for deferred execution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelArgs {
+    pub(crate) options: FusedEmbeddingOptions,
+    pub(crate) mode: PositionMode,
+}
+
+impl KernelArgs {
+    /// The offset of sequential positions, or 0.
+    pub(crate) fn offset(&self) -> i64 {
+        match self.mode {
+            PositionMode::Sequential { offset } => offset,
+            PositionMode::Explicit => 0,
         }
     }
 
-    /// `w_i = base^(-2i/d)` for `i in 0..d/2`, in f64 (the host paths use these directly; the
-    /// reference body rounds them to f32; the CubeCL kernel recomputes them from `ln(base)`).
-    pub fn frequencies(&self) -> Vec<f64> {
-        let d = self.d_position as f64;
-        (0..self.d_position / 2)
-            .map(|i| self.base.powf(-((2 * i) as f64) / d))
-            .collect()
+    pub(crate) fn sequential(&self) -> bool {
+        matches!(self.mode, PositionMode::Sequential { .. })
     }
 }
 
 /// The sizes every implementation works with, checked once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Dims {
+pub(crate) struct Dims {
     pub vocab: usize,
     pub d_token: usize,
     pub batch: usize,
@@ -90,39 +88,74 @@ pub struct Dims {
     /// Rows of `positions`: 1 (shared by the batch, or sequential positions) or `batch`.
     pub position_rows: usize,
     pub d_position: usize,
-    /// Learned table rows; `None` for sinusoidal.
-    pub table_len: Option<usize>,
+    /// Rows of the position table.
+    pub table_len: usize,
     pub d_out: usize,
 }
 
-/// Checks the shape contract and returns the sizes.
+/// Shapes and dtypes of the op's four tensors.
+pub(crate) struct Inputs<'a> {
+    pub tokens: (&'a Shape, DType),
+    pub ids: (&'a Shape, DType),
+    pub positions: (&'a Shape, DType),
+    pub table: (&'a Shape, DType),
+}
+
+fn is_float(dtype: DType) -> bool {
+    matches!(dtype, DType::F64 | DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// Checks the shape and dtype contract and returns the sizes.
 ///
 /// # Panics
 ///
-/// With the offending sizes, if: a tensor has the wrong rank; `positions` (when read) has
-/// neither 1 nor `batch` rows or another `seq`; `Add` with `d_position != d_token`; a
-/// sinusoidal width is odd or zero.
-pub fn check_shapes(
-    tokens: &Shape,
-    ids: &Shape,
-    positions: &Shape,
-    table: Option<&Shape>,
-    sinusoid: Option<&Sinusoid>,
-    options: &FusedEmbeddingOptions,
-) -> Dims {
+/// With the offending sizes or dtypes, if: a tensor has the wrong rank; a width is zero;
+/// `positions` (when read) has neither 1 nor `batch` rows or another `seq`; `Add` with
+/// `d_position != d_token`; the tables are not one float dtype; ids or positions are not i32 or
+/// i64.
+pub(crate) fn check(inputs: Inputs<'_>, args: &KernelArgs) -> Dims {
+    let Inputs {
+        tokens: (tokens, token_dtype),
+        ids: (ids, id_dtype),
+        positions: (positions, position_dtype),
+        table: (table, table_dtype),
+    } = inputs;
     assert_eq!(
         tokens.num_dims(),
         2,
-        "fused_embedding: tokens must be [vocab, d_token], got {tokens:?}"
+        "fused_embedding: tokens must be [vocab_size, d_token], got {tokens:?}"
     );
     assert_eq!(
         ids.num_dims(),
         2,
         "fused_embedding: ids must be [batch, seq], got {ids:?}"
     );
+    assert_eq!(
+        table.num_dims(),
+        2,
+        "fused_embedding: the position table must be [max_len, d_position], got {table:?}"
+    );
     let (vocab, d_token) = (tokens[0], tokens[1]);
     let (batch, seq) = (ids[0], ids[1]);
-    let position_rows = if options.sequential_positions {
+    let (table_len, d_position) = (table[0], table[1]);
+    assert!(
+        d_token > 0 && d_position > 0,
+        "fused_embedding: widths must be positive, got d_token = {d_token} and d_position = \
+         {d_position}; leave the position table out for token vectors alone"
+    );
+    assert!(
+        is_float(token_dtype) && token_dtype == table_dtype,
+        "fused_embedding: the token table is {token_dtype:?} and the position table \
+         {table_dtype:?}; both must be one float dtype (f32, f16, bf16 or f64): cast the \
+         position table to the token table's dtype"
+    );
+    for (what, dtype) in [("ids", id_dtype), ("positions", position_dtype)] {
+        assert!(
+            matches!(dtype, DType::I32 | DType::I64),
+            "fused_embedding: {what} are {dtype:?}; token ids and positions must be i32 or i64"
+        );
+    }
+    let position_rows = if args.sequential() {
         1
     } else {
         assert_eq!(
@@ -132,30 +165,12 @@ pub fn check_shapes(
         );
         assert!(
             positions[1] == seq && (positions[0] == 1 || positions[0] == batch),
-            "fused_embedding: positions {positions:?} must be [1, {seq}] or [{batch}, {seq}] for ids {ids:?}"
+            "fused_embedding: positions {positions:?} must be [1, {seq}] or [{batch}, {seq}] for \
+             ids {ids:?}"
         );
         positions[0]
     };
-    let (d_position, table_len) = match (table, sinusoid) {
-        (Some(table), _) => {
-            assert_eq!(
-                table.num_dims(),
-                2,
-                "fused_embedding: table must be [max_len, d_position], got {table:?}"
-            );
-            (table[1], Some(table[0]))
-        }
-        (None, Some(s)) => {
-            assert!(
-                s.d_position > 0 && s.d_position % 2 == 0,
-                "fused_embedding: the sinusoidal width must be even and positive, got {}",
-                s.d_position
-            );
-            (s.d_position, None)
-        }
-        (None, None) => unreachable!("a position source is always given"),
-    };
-    let d_out = match options.combine {
+    let d_out = match args.options.combine {
         FusedCombine::Add => {
             assert_eq!(
                 d_position, d_token,
@@ -177,71 +192,55 @@ pub fn check_shapes(
     }
 }
 
-/// [`check_shapes`] on backend tensors: the entry check of every implementation.
+/// [`check`] on backend tensors: the entry check of every implementation.
 ///
 /// # Panics
 ///
-/// As [`check_shapes`].
-pub fn check_tensors<F: TensorMetadata, I: TensorMetadata>(
+/// As [`check`].
+pub(crate) fn check_tensors<F: TensorMetadata, I: TensorMetadata>(
     tokens: &F,
     ids: &I,
     positions: &I,
-    table: Option<&F>,
-    sinusoid: Option<&Sinusoid>,
-    options: &FusedEmbeddingOptions,
+    table: &F,
+    args: &KernelArgs,
 ) -> Dims {
-    check_shapes(
-        &tokens.shape(),
-        &ids.shape(),
-        &positions.shape(),
-        table.map(|t| t.shape()).as_ref(),
-        sinusoid,
-        options,
+    let shapes = [
+        tokens.shape(),
+        ids.shape(),
+        positions.shape(),
+        table.shape(),
+    ];
+    check(
+        Inputs {
+            tokens: (&shapes[0], tokens.dtype()),
+            ids: (&shapes[1], ids.dtype()),
+            positions: (&shapes[2], positions.dtype()),
+            table: (&shapes[3], table.dtype()),
+        },
+        args,
     )
 }
 
-fn specs(dims: Dims, float: DType, int: DType) -> (TensorSpec, TensorSpec) {
-    (
-        TensorSpec::new(Shape::new([dims.batch, dims.seq, dims.d_out]), float),
-        TensorSpec::new(Shape::new([dims.batch, dims.seq]), int),
-    )
-}
-
-/// Output metadata of [`fused_embedding_sinusoidal`](crate::PositionalKernels::fused_embedding_sinusoidal)
-/// for the `Fusion` wrapper: computed now, on the calling thread; the kernel runs later.
-pub fn meta_sinusoidal(
-    tokens: &TensorSpec,
-    ids: &TensorSpec,
-    positions: &TensorSpec,
-    options: &FusedEmbeddingOptions,
-    sinusoid: &Sinusoid,
-) -> (TensorSpec, TensorSpec) {
-    let dims = check_shapes(
-        &tokens.shape,
-        &ids.shape,
-        &positions.shape,
-        None,
-        Some(sinusoid),
-        options,
-    );
-    specs(dims, tokens.dtype, ids.dtype)
-}
-
-/// Output metadata of [`fused_embedding_learned`](crate::PositionalKernels::fused_embedding_learned).
-pub fn meta_learned(
+/// Output metadata of the extension method for the `Fusion` wrapper: computed now, on the
+/// calling thread (so bad shapes and dtypes panic here, at the call); the kernel runs later.
+pub fn meta(
     tokens: &TensorSpec,
     ids: &TensorSpec,
     positions: &TensorSpec,
     table: &TensorSpec,
-    options: &FusedEmbeddingOptions,
+    args: &KernelArgs,
 ) -> (TensorSpec, TensorSpec) {
-    let dims = check_shapes(
-        &tokens.shape,
-        &ids.shape,
-        &positions.shape,
-        Some(&table.shape),
-        None,
-        options,
+    let dims = check(
+        Inputs {
+            tokens: (&tokens.shape, tokens.dtype),
+            ids: (&ids.shape, ids.dtype),
+            positions: (&positions.shape, positions.dtype),
+            table: (&table.shape, table.dtype),
+        },
+        args,
     );
-    specs(dims, tokens.dtype, ids.dtype)
+    (
+        TensorSpec::new(Shape::new([dims.batch, dims.seq, dims.d_out]), tokens.dtype),
+        TensorSpec::new(Shape::new([dims.batch, dims.seq]), ids.dtype),
+    )
 }

@@ -7,9 +7,10 @@ use burn::tensor::module::embedding;
 use burn::tensor::{Device, Int, Tensor};
 
 use burn_positional_kernels::{
-    FusedCombine, FusedEmbeddingOptions, FusedPositions, PositionSource, try_fused_embedding,
+    FusedCombine, FusedEmbeddingError, FusedEmbeddingOptions, InputStatus, fused_embedding,
 };
 
+use crate::status::StatusLog;
 use crate::{AbsolutePosition, PositionError, PositionSchemeConfig, Positions, SinusoidalConfig};
 
 /// How token vectors and position vectors are combined (seed 001's question).
@@ -57,7 +58,8 @@ pub struct EmbeddingWithPositionConfig {
     pub token_initializer: Initializer,
     /// Run the forward as one fused pass (token lookup, scale, position, id check: see
     /// [`burn_positional_kernels`]), on by default. Off, every forward takes the reference
-    /// path, [`EmbeddingWithPosition::try_forward_reference`], made of burn tensor ops.
+    /// path, [`EmbeddingWithPosition::try_forward_reference`], made of burn tensor ops, which
+    /// checks its input synchronously (a device-to-host read per call).
     #[config(default = true)]
     pub fused: bool,
 }
@@ -67,6 +69,15 @@ pub struct EmbeddingWithPositionConfig {
 /// Drop-in for burn's `Embedding` followed by `PositionalEncoding`, with no length limit for
 /// sinusoidal positions, learned tables, concatenation, offsets and explicit positions, and
 /// token ids checked on every backend (an unchecked gather on wgpu returns stray data).
+///
+/// # Bad input
+///
+/// [`forward`](Self::forward) never reads from the device, so it never stalls a GPU queue.
+/// A token whose id is outside `0..vocab_size` (or whose position is outside a learned table)
+/// comes out as NaN, so any loss computed from it is NaN, and its status is kept on the device:
+/// [`check_inputs`](Self::check_inputs), run when you choose (every N steps, at the end of an
+/// epoch, when a loss turns NaN), names the first bad token. [`try_forward`](Self::try_forward)
+/// checks at once, for input from outside (serving, user text).
 ///
 /// ```
 /// use burn::prelude::*;
@@ -94,8 +105,11 @@ pub struct EmbeddingWithPosition {
     /// How the two parts combine.
     #[module(skip)]
     pub combine: Combine,
-    /// Whether [`try_forward`](Self::try_forward) takes the fused path.
+    /// Whether the forwards take the fused path.
     pub fused: bool,
+    /// Statuses of the forwards not yet checked (see [`check_inputs`](Self::check_inputs)).
+    #[module(skip)]
+    status: StatusLog,
 }
 
 impl EmbeddingWithPositionConfig {
@@ -214,6 +228,7 @@ impl EmbeddingWithPositionConfig {
             padding_idx: self.padding_idx,
             combine: self.combine.clone(),
             fused: self.fused,
+            status: StatusLog::default(),
         })
     }
 
@@ -230,7 +245,10 @@ impl EmbeddingWithPositionConfig {
 }
 
 impl EmbeddingWithPosition {
-    /// Embeds token ids at positions `0..seq`.
+    /// Embeds token ids at positions `0..seq`, with no device-to-host read.
+    ///
+    /// Bad tokens come out as NaN and are reported by [`check_inputs`](Self::check_inputs);
+    /// see [Bad input](Self#bad-input).
     ///
     /// # Shapes
     ///
@@ -239,23 +257,25 @@ impl EmbeddingWithPosition {
     ///
     /// # Panics
     ///
-    /// With the message of [`try_forward`](Self::try_forward) if an id is outside the
-    /// vocabulary or a position outside a learned table.
+    /// On what the host can tell without a read: an offset past `i32::MAX` (see
+    /// [`forward_at`](Self::forward_at)).
     pub fn forward(&self, ids: Tensor<2, Int>) -> Tensor<3> {
         self.forward_at(ids, Positions::Offset(0))
     }
 
-    /// Embeds token ids at the given positions (an offset, or explicit position ids).
+    /// Embeds token ids at the given positions (an offset, or explicit position ids), with no
+    /// device-to-host read (unless [`EmbeddingWithPositionConfig::fused`] is off).
     ///
     /// # Shapes
     ///
     /// - ids: `[batch, seq]`
-    /// - `Positions::Explicit`: `[batch, seq]`
+    /// - `Positions::Explicit`: `[batch, seq]` (or `[1, seq]`, shared by the batch)
     /// - output: `[batch, seq, d_model]`
     ///
     /// # Panics
     ///
-    /// With the message of [`try_forward`](Self::try_forward) on bad input.
+    /// With the message of [`try_forward`](Self::try_forward) on what the host can tell without
+    /// a read: explicit positions of another shape, an offset past `i32::MAX`.
     ///
     /// ```
     /// use burn::prelude::*;
@@ -270,22 +290,64 @@ impl EmbeddingWithPosition {
     /// let ids = Tensor::<2, Int>::from_data([[5, 6, 7], [0, 5, 6]], &device);
     /// let positions = Tensor::<2, Int>::from_data([[0, 1, 2], [0, 0, 1]], &device);
     /// assert_eq!(embed.forward_at(ids, Positions::Explicit(positions)).dims(), [2, 3, 16]);
+    /// // A bad id: NaN now, named by the check later.
+    /// let bad = Tensor::<2, Int>::from_data([[1, 100]], &device);
+    /// let out = embed.forward(bad);
+    /// assert!(out.is_nan().any().into_scalar::<bool>());
+    /// assert!(embed.check_inputs().unwrap_err().to_string().contains("token id 100"));
     /// ```
     pub fn forward_at(&self, ids: Tensor<2, Int>, positions: Positions) -> Tensor<3> {
-        self.try_forward(ids, positions)
-            .unwrap_or_else(|err| panic!("{err}"))
+        if !self.fused {
+            return self
+                .try_forward_reference(ids, positions)
+                .unwrap_or_else(|err| panic!("{err}"));
+        }
+        let (output, status) = self
+            .forward_fused(ids, positions)
+            .unwrap_or_else(|err| panic!("{err}"));
+        if let Some(status) = status {
+            self.status.push(status);
+        }
+        self.dropout.forward(output)
+    }
+
+    /// Reads back the statuses of every forward since the last check and names the first bad
+    /// token (its id or position, its place, the limit and the fix); clears them either way.
+    /// One transfer per device: call it when a stall is acceptable (every N steps, at the end
+    /// of an epoch, when a loss turns NaN).
+    ///
+    /// The last 64 forwards are kept in full detail; older ones are folded (on the device, no
+    /// read) into a count of bad tokens, reported as
+    /// [`PositionError::BadInputInOlderForwards`].
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional_layer::EmbeddingWithPositionConfig;
+    ///
+    /// let device = Device::flex();
+    /// let embed = EmbeddingWithPositionConfig::new(10, 8).init(&device);
+    /// for _ in 0..3 {
+    ///     embed.forward(Tensor::<2, Int>::from_data([[1, 2, 3]], &device));
+    /// }
+    /// assert!(embed.check_inputs().is_ok());
+    /// ```
+    pub fn check_inputs(&self) -> Result<(), PositionError> {
+        self.status.check(|err| self.name_error(err))
+    }
+
+    /// How many forwards wait for [`check_inputs`](Self::check_inputs).
+    pub fn unchecked_forwards(&self) -> usize {
+        self.status.len()
     }
 
     /// Embeds token ids at the given positions, or says why the input was refused: an id
-    /// outside `0..vocab_size`, a negative position, a position past a learned table, or
-    /// explicit positions whose shape differs from the ids'.
+    /// outside `0..vocab_size`, a negative position, a position past a learned table, explicit
+    /// positions whose shape differs from the ids', an offset past `i32::MAX`.
     ///
     /// Fused by default (see [`EmbeddingWithPositionConfig::fused`]): one pass computes the
     /// output and a per-token status, and one read-back of that status (`batch * seq` small
-    /// ints) is the whole check. Bad input, and the rare cases the fused pass does not serve (no position
-    /// scheme; sinusoidal positions past the device cache, whose rows come from the host in
-    /// f64), go through [`try_forward_reference`](Self::try_forward_reference), which gives
-    /// the same result and the same errors.
+    /// ints) is the whole check; the error comes from that status. Explicit positions past a
+    /// sinusoidal table grow it (one more read, of their maximum) and run again.
     ///
     /// # Shapes
     ///
@@ -310,43 +372,63 @@ impl EmbeddingWithPosition {
         ids: Tensor<2, Int>,
         positions: Positions,
     ) -> Result<Tensor<3>, PositionError> {
-        if self.fused
-            && let Some(output) = self.try_forward_fused(&ids, &positions)
-        {
-            return Ok(self.dropout.forward(output));
+        if !self.fused {
+            return self.try_forward_reference(ids, positions);
         }
-        self.try_forward_reference(ids, positions)
+        let (output, status) = self.forward_fused(ids.clone(), positions.clone())?;
+        let Some(status) = status else {
+            return Ok(self.dropout.forward(output));
+        };
+        match (status.check(), &self.position, &positions) {
+            (Ok(()), _, _) => Ok(self.dropout.forward(output)),
+            (
+                Err(FusedEmbeddingError::PositionPastTable { .. }),
+                AbsolutePosition::Sinusoidal(table),
+                Positions::Explicit(p),
+            ) => {
+                // Grow the device table to the largest position, then run again.
+                let max = p.clone().max().into_scalar::<i64>();
+                table.table(max as usize + 1, self.tokens.val().dtype());
+                let (output, status) = self.forward_fused(ids, positions)?;
+                if let Some(status) = status {
+                    status.check().map_err(|err| self.name_error(err))?;
+                }
+                Ok(self.dropout.forward(output))
+            }
+            (Err(err), _, _) => Err(self.name_error(err)),
+        }
     }
 
-    /// The fused pass, or `None` where it does not serve (see [`Self::try_forward`]) or found
-    /// bad input (the reference path then names it).
-    fn try_forward_fused(&self, ids: &Tensor<2, Int>, positions: &Positions) -> Option<Tensor<3>> {
+    /// The fused pass and its status (`None` for an empty batch), with no read.
+    fn forward_fused(
+        &self,
+        ids: Tensor<2, Int>,
+        positions: Positions,
+    ) -> Result<(Tensor<3>, Option<InputStatus>), PositionError> {
         let [batch, seq] = ids.dims();
-        let table = match &self.position {
-            AbsolutePosition::None(_) => return None,
-            AbsolutePosition::Learned(table) => table.table.val(),
-            AbsolutePosition::Sinusoidal(table) => {
-                let [cache_len, _] = table.cache.dims();
-                if let Positions::Offset(offset) = positions
-                    && offset + seq > cache_len
-                {
-                    return None;
-                }
-                // Explicit positions past the cache report a bad position: the reference path
-                // then computes those rows on the host.
-                table.cache.clone()
-            }
-        };
-        let fused_positions = match positions {
-            Positions::Offset(offset) => FusedPositions::Offset(*offset),
-            Positions::Explicit(p) if p.dims() == [batch, seq] => {
-                FusedPositions::Explicit(p.clone())
-            }
-            Positions::Explicit(_) => return None,
-        };
         if batch * seq == 0 {
-            return None;
+            return Ok((
+                Tensor::zeros([batch, seq, self.d_model()], &ids.device()),
+                None,
+            ));
         }
+        let tokens = self.tokens.val();
+        let table = match &self.position {
+            AbsolutePosition::None(_) => None,
+            AbsolutePosition::Learned(table) => Some(table.table.val()),
+            AbsolutePosition::Sinusoidal(table) => {
+                // Grow to an offset's last position, unless it passes what the kernels
+                // compute with (then the kernels' entry check refuses it, with no table built).
+                // Explicit positions are not read back; the table covers at least `seq` rows,
+                // which holds every left-padded batch.
+                let len = match &positions {
+                    Positions::Offset(offset) => offset.saturating_add(seq),
+                    Positions::Explicit(_) => seq,
+                };
+                let len = if len > i32::MAX as usize { 0 } else { len };
+                Some(table.table(len, tokens.dtype()))
+            }
+        };
         let options = FusedEmbeddingOptions {
             scale: self.token_scale as f32,
             padding_idx: self.padding_idx,
@@ -354,17 +436,27 @@ impl EmbeddingWithPosition {
                 Combine::Add => FusedCombine::Add,
                 Combine::Concat { .. } => FusedCombine::Concat,
             },
-            // Set by `try_fused_embedding` from `fused_positions`.
-            ..FusedEmbeddingOptions::default()
         };
-        try_fused_embedding(
-            self.tokens.val(),
-            ids.clone(),
-            fused_positions,
-            PositionSource::Learned(table),
-            options,
-        )
-        .ok()
+        let (output, status) = fused_embedding(tokens, ids, positions, table, &options)
+            .map_err(|err| self.name_error(err))?;
+        Ok((output, Some(status)))
+    }
+
+    /// The kernels' error in this layer's words (a table's limit depends on its scheme).
+    fn name_error(&self, err: FusedEmbeddingError) -> PositionError {
+        match (err, &self.position) {
+            (
+                FusedEmbeddingError::PositionPastTable {
+                    value, table_len, ..
+                },
+                AbsolutePosition::Sinusoidal(_),
+            ) => PositionError::PositionPastSinusoidTable {
+                position: value,
+                table_len,
+                needed: value as usize + 1,
+            },
+            (err, _) => err.into(),
+        }
     }
 
     /// The unfused forward, made of burn tensor ops: a gather, a scale, the position rows and

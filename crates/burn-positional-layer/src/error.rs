@@ -5,6 +5,7 @@
 //! entry points (`init`, `forward`, ...) panic with the same message, so a programming error
 //! reads the same as a data error.
 
+use burn_positional_kernels::FusedEmbeddingError;
 use thiserror::Error;
 
 /// Why a config, an input or a record was refused.
@@ -42,6 +43,54 @@ pub enum PositionError {
         max_len: usize,
         /// The `max_len` that would hold this input.
         needed: usize,
+    },
+
+    /// An explicit position is past the sinusoidal table on the device, in a forward that reads
+    /// nothing back and so cannot grow the table to it.
+    #[error(
+        "position {position} is past the sinusoidal table on the device ({table_len} rows), and \
+         `forward` does not read positions back to grow it. Fix: raise \
+         `SinusoidalConfig::cache_len` to at least {needed}, or embed through `try_forward`, \
+         which grows the table to the largest position it is given"
+    )]
+    PositionPastSinusoidTable {
+        /// The offending position.
+        position: i64,
+        /// Rows of the device table.
+        table_len: usize,
+        /// The `cache_len` that would hold it.
+        needed: usize,
+    },
+
+    /// An offset whose positions pass the kernels' 32-bit position arithmetic.
+    #[error(
+        "offset {offset} with {seq} tokens passes position {limit}, the largest the kernels \
+         compute with. Fix: restart positions from 0 (a window of the sequence), or use explicit \
+         positions below {limit}"
+    )]
+    OffsetTooLarge {
+        /// The offset.
+        offset: usize,
+        /// Tokens per row.
+        seq: usize,
+        /// The largest position (`i32::MAX`).
+        limit: i64,
+    },
+
+    /// Forwards older than the ones kept in full detail had bad input.
+    #[error(
+        "{tokens} tokens with an id or position out of range in forwards older than the last \
+         {kept} (their outputs were NaN); {forwards} forwards were folded into that count. Fix: \
+         call `check_inputs` at least every {kept} forwards to name the offending value, or \
+         validate input with `try_forward`"
+    )]
+    BadInputInOlderForwards {
+        /// Bad tokens counted.
+        tokens: usize,
+        /// Forwards folded into the count.
+        forwards: usize,
+        /// Forwards kept with full detail.
+        kept: usize,
     },
 
     /// An explicit position id is negative.
@@ -139,6 +188,45 @@ pub enum PositionError {
         /// What burn reported (names the tensor and both shapes).
         detail: String,
     },
+}
+
+impl From<FusedEmbeddingError> for PositionError {
+    /// The kernels' error, in the layer's words. A position past the table is a learned table's
+    /// limit here; the layer names a sinusoidal table's limit itself.
+    fn from(err: FusedEmbeddingError) -> Self {
+        match err {
+            FusedEmbeddingError::TokenIdOutOfRange {
+                id,
+                batch,
+                position,
+                vocab_size,
+            } => Self::TokenIdOutOfRange {
+                id,
+                batch,
+                position,
+                vocab_size,
+            },
+            FusedEmbeddingError::PositionPastTable {
+                value, table_len, ..
+            } => Self::PositionPastTable {
+                position: value,
+                max_len: table_len,
+                needed: value as usize + 1,
+            },
+            FusedEmbeddingError::NegativePosition { value, .. } => {
+                Self::NegativePosition { position: value }
+            }
+            FusedEmbeddingError::OffsetTooLarge { offset, seq, limit } => {
+                Self::OffsetTooLarge { offset, seq, limit }
+            }
+            FusedEmbeddingError::PositionsShape { expected, got } => Self::ShapeMismatch {
+                what: "explicit position ids must have the token ids' shape [batch, seq]",
+                expected: expected.to_vec(),
+                got: got.to_vec(),
+                fix: "give one position per token",
+            },
+        }
+    }
 }
 
 impl PositionError {

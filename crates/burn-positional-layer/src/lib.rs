@@ -23,6 +23,7 @@ mod learned;
 mod rope;
 mod scheme;
 mod sinusoidal;
+mod status;
 mod t5_bias;
 
 pub use alibi::{Alibi, AlibiConfig, AlibiDirection, alibi_slopes};
@@ -38,5 +39,6 @@ pub use error::PositionError;
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
 pub use rope::{Rope, RopeConfig, RopeLayout, rope_angles};
 pub use scheme::{AbsolutePosition, NoPosition, PositionSchemeConfig, Positions};
-pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_rows};
+pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_frequencies, sinusoid_rows};
+pub use status::KEPT_STATUSES;
 pub use t5_bias::{T5Bias, T5BiasConfig, t5_bucket};

@@ -88,11 +88,7 @@ pub fn rope_angles(
     base: f64,
 ) -> (Vec<f32>, Vec<f32>) {
     // The sinusoidal frequencies base^(-2j/rotary_dims): RoPE rotates by the same angles.
-    let frequencies = burn_positional_kernels::Sinusoid {
-        base,
-        d_position: rotary_dims,
-    }
-    .frequencies();
+    let frequencies = crate::sinusoid_frequencies(rotary_dims, base);
     let (mut cos, mut sin) = (Vec::new(), Vec::new());
     for p in positions {
         for &w in &frequencies {

@@ -16,6 +16,8 @@ use burn::tensor::{Device, Int, Tensor};
 
 use crate::{LearnedConfig, LearnedPosition, PositionError, SinusoidalConfig, SinusoidalPosition};
 
+pub use burn_positional_kernels::Positions;
+
 /// Which absolute position scheme an embedding uses.
 #[derive(Config, Debug, PartialEq)]
 pub enum PositionSchemeConfig {
@@ -131,24 +133,5 @@ impl AbsolutePosition {
             Self::Sinusoidal(table) => Some(table.gather(positions, max_position)),
             Self::Learned(table) => Some(table.gather(positions)),
         }
-    }
-}
-
-/// Where each token sits.
-// Built per call and moved once, like burn's own tensor arguments.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone)]
-pub enum Positions {
-    /// Positions `offset..offset + seq` for every row of the batch. `Offset(0)` is the default;
-    /// `Offset(k)` serves incremental decoding: the forward at offset `k` equals rows `k..` of
-    /// the forward of the whole sequence.
-    Offset(usize),
-    /// One position per token, `[batch, seq]`, for example for left-padded batches.
-    Explicit(Tensor<2, Int>),
-}
-
-impl Default for Positions {
-    fn default() -> Self {
-        Self::Offset(0)
     }
 }

@@ -9,12 +9,16 @@
 //! Columns are interleaved (sine in even columns, cosine in odd ones), as in the paper and in
 //! burn's `PositionalEncoding`. Values are computed in f64 on the host and rounded once to f32,
 //! so they stay accurate far out: at position 100 000 an f32 evaluation of `p * w` would already
-//! be off by about 0.004 radians, this one by less than 1e-7.
+//! be off by about 0.004 radians, this one by less than 1e-7. They live on the device as a
+//! table (the cache) that the fused embedding reads like a learned one; a forward past the
+//! cache grows it once (doubling), on the device, and later calls reuse it.
+
+use std::sync::{Arc, Mutex};
 
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::module::embedding;
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 use crate::PositionError;
 
@@ -25,8 +29,13 @@ pub struct SinusoidalConfig {
     /// `2π · base`.
     #[config(default = "10_000.0")]
     pub base: f64,
-    /// Rows precomputed at `init` and kept on the device. Not a limit: positions past it are
-    /// computed on the host per call (in f64, as the table is), at `O(seq · d)` host work.
+    /// Rows precomputed at `init` and kept on the device. Not a limit: a forward at an offset
+    /// past it grows the device table once (doubling; the new rows computed in f64 and
+    /// uploaded), and explicit positions past it are grown to by `try_forward`. `forward` with
+    /// explicit positions reads nothing back, so it cannot know their maximum: it grows the
+    /// table to the sequence length (which holds any left-padded batch), and positions past
+    /// the table are bad input there (NaN rows, reported by the check). Raise it to the longest
+    /// context the model serves.
     #[config(default = "4096")]
     pub cache_len: usize,
 }
@@ -41,10 +50,10 @@ pub struct SinusoidalConfig {
 ///
 /// let device = Device::flex();
 /// let table = SinusoidalConfig::new().with_cache_len(64).init(16, &device);
-/// // Rows past the cache are computed on the fly: there is no maximum length.
+/// // Rows past the cache grow the device table once: there is no maximum length.
 /// assert_eq!(table.rows(100_000, 5).dims(), [5, 16]);
-/// let positions = Tensor::<2, Int>::from_data([[0, 7], [3, 1_000_000]], &device);
-/// assert_eq!(table.gather(positions, 1_000_000).dims(), [2, 2, 16]);
+/// let positions = Tensor::<2, Int>::from_data([[0, 7], [3, 200_000]], &device);
+/// assert_eq!(table.gather(positions, 200_000).dims(), [2, 2, 16]);
 /// ```
 #[derive(Module, Debug)]
 pub struct SinusoidalPosition {
@@ -54,6 +63,25 @@ pub struct SinusoidalPosition {
     pub d_position: usize,
     /// The wavelength base.
     pub base: f64,
+    /// The table grown past `cache` (or cast to another dtype), shared by clones of the module.
+    #[module(skip)]
+    grown: GrownTable,
+}
+
+/// A device table grown on demand, shared across clones (a training step maps the module into
+/// a new value; the growth should survive it). Not saved: it is recomputed from the formula.
+#[derive(Clone, Default)]
+struct GrownTable(Arc<Mutex<Option<Tensor<2>>>>);
+
+impl core::fmt::Debug for GrownTable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let rows = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|t| t.as_ref().map(|t| t.dims()[0]));
+        write!(f, "GrownTable({rows:?})")
+    }
 }
 
 impl SinusoidalConfig {
@@ -87,19 +115,24 @@ impl SinusoidalConfig {
             cache: Tensor::from_data(TensorData::new(rows, [self.cache_len, d_position]), device),
             d_position,
             base: self.base,
+            grown: GrownTable::default(),
         }
     }
+}
+
+/// `w_i = base^(-2i/d)` for `i in 0..d/2`, in f64: the frequencies of the sinusoidal table and
+/// of RoPE's rotations.
+pub fn sinusoid_frequencies(d: usize, base: f64) -> Vec<f64> {
+    (0..d / 2)
+        .map(|i| base.powf(-((2 * i) as f64) / d as f64))
+        .collect()
 }
 
 /// Rows of the sinusoidal table for the given positions, row-major `[positions, d]`, evaluated
 /// in f64 and rounded once to f32.
 pub fn sinusoid_rows(positions: impl IntoIterator<Item = u64>, d: usize, base: f64) -> Vec<f32> {
-    // w_i = base^(-2i/d), computed once per column pair (the fused kernels' definition).
-    let frequencies = burn_positional_kernels::Sinusoid {
-        base,
-        d_position: d,
-    }
-    .frequencies();
+    // w_i = base^(-2i/d), computed once per column pair.
+    let frequencies = sinusoid_frequencies(d, base);
     let mut out = Vec::new();
     for p in positions {
         for &w in &frequencies {
@@ -112,48 +145,66 @@ pub fn sinusoid_rows(positions: impl IntoIterator<Item = u64>, d: usize, base: f
 }
 
 impl SinusoidalPosition {
-    /// Rows `offset..offset + seq` of the table. Never panics: any offset works.
+    /// The device table with at least `len` rows, in `dtype`: the longest table built so far
+    /// (the cache, or a grown or cast copy shared by every later call and clone), grown when
+    /// it is too short. Growth doubles the table, computes only the new rows (in f64, on the
+    /// host) and joins them on the device. No device-to-host read.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[at least len, d_position]`
+    pub fn table(&self, len: usize, dtype: DType) -> Tensor<2> {
+        let [cache_len, d_position] = self.cache.dims();
+        let device = self.cache.device();
+        let mut grown = self.grown.0.lock().unwrap_or_else(|e| e.into_inner());
+        // The longest table of this dtype on this device: the grown one if any, else the cache.
+        let current = match grown
+            .as_ref()
+            .filter(|t| t.device() == device && t.dtype() == dtype)
+        {
+            Some(table) => table.clone(),
+            None if self.cache.dtype() == dtype => self.cache.clone(),
+            None => {
+                let cast = self.cache.clone().cast(dtype);
+                *grown = Some(cast.clone());
+                cast
+            }
+        };
+        let have = current.dims()[0];
+        if len <= have {
+            return current;
+        }
+        let new_len = len.max(2 * have).max(cache_len);
+        let rows = sinusoid_rows(have as u64..new_len as u64, d_position, self.base);
+        let extra =
+            Tensor::<2>::from_data(TensorData::new(rows, [new_len - have, d_position]), &device)
+                .cast(dtype);
+        let table = Tensor::cat(vec![current, extra], 0);
+        *grown = Some(table.clone());
+        table
+    }
+
+    /// Rows `offset..offset + seq` of the table. Never panics: any offset works (past the cache,
+    /// the device table grows once; see [`table`](Self::table)).
     ///
     /// # Shapes
     ///
     /// - output: `[seq, d_position]`
     pub fn rows(&self, offset: usize, seq: usize) -> Tensor<2> {
-        let [cache_len, d_position] = self.cache.dims();
-        if offset + seq <= cache_len {
-            return self
-                .cache
-                .clone()
-                .slice([offset..offset + seq, 0..d_position]);
-        }
-        let rows = sinusoid_rows(offset as u64..(offset + seq) as u64, d_position, self.base);
-        Tensor::from_data(
-            TensorData::new(rows, [seq, d_position]),
-            &self.cache.device(),
-        )
+        let d_position = self.d_position;
+        self.table(offset + seq, self.cache.dtype())
+            .slice([offset..offset + seq, 0..d_position])
     }
 
     /// The table at explicit positions, already checked to lie in `0..=max_position`, where
-    /// `max_position` is their largest value (it decides between the cache and the host path).
-    ///
-    /// # Panics
-    ///
-    /// If a position is negative (the embedding refuses those before calling this).
+    /// `max_position` is their largest value (the table grows to it once).
     ///
     /// # Shapes
     ///
     /// - positions: `[batch, seq]`
     /// - output: `[batch, seq, d_position]`
     pub fn gather(&self, positions: Tensor<2, Int>, max_position: usize) -> Tensor<3> {
-        let [cache_len, d_position] = self.cache.dims();
-        if max_position < cache_len {
-            return embedding(self.cache.clone(), positions);
-        }
-        // Past the cache: evaluate exactly the rows asked for, on the host.
-        let [batch, seq] = positions.dims();
-        let device = positions.device();
-        let ids = positions.into_data();
-        let rows = sinusoid_rows(ids.iter::<i64>().map(|p| p as u64), d_position, self.base);
-        Tensor::from_data(TensorData::new(rows, [batch, seq, d_position]), &device)
+        embedding(self.table(max_position + 1, self.cache.dtype()), positions)
     }
 }
 
