@@ -175,7 +175,56 @@ fn large_outputs_match_the_reference(device: &Device) {
     }
 }
 
+/// Every float dtype the device supports: the token table (and a learned table) cast to it, the
+/// sinusoid table following it, the output in it and close to f32's, gradients on autodiff
+/// devices. Ids in i32 and i64 where the device has them.
+fn dtypes_follow_the_token_table(device: &Device) {
+    use burn::module::Param;
+    use burn::tensor::DType;
+    for scheme in [
+        PositionSchemeConfig::from(SinusoidalConfig::new()),
+        LearnedConfig::new(16).into(),
+    ] {
+        let config = EmbeddingWithPositionConfig::new(VOCAB, D_MODEL).with_scheme(scheme);
+        let reference = config.init(device);
+        let want = reference.forward(ids(device));
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {
+            if !device.supports_dtype(dtype) {
+                continue; // refusals are tested in the kernels crate (`dtypes`)
+            }
+            let mut embed = config.init(device);
+            embed.tokens = Param::from_tensor(reference.tokens.val().cast(dtype).detach());
+            if let (AbsolutePosition::Learned(mine), AbsolutePosition::Learned(theirs)) =
+                (&mut embed.position, &reference.position)
+            {
+                mine.table = Param::from_tensor(theirs.table.val().cast(dtype).detach());
+            }
+            for int in [DType::I32, DType::I64] {
+                if !device.supports_dtype(int) {
+                    continue;
+                }
+                let before = fused_calls();
+                let out = embed.forward(ids(device).cast(int));
+                assert_eq!(fused_calls(), before + 1, "{dtype:?} {int:?}: fused");
+                assert_eq!(out.dtype(), dtype);
+                let tolerance = if matches!(dtype, DType::F16 | DType::BF16) { 3e-2 } else { 1e-5 };
+                out.clone()
+                    .cast(DType::F32)
+                    .into_data()
+                    .assert_approx_eq::<f32>(&want.clone().into_data(), Tolerance::absolute(tolerance));
+                embed.check_inputs().unwrap();
+                if device.is_autodiff() {
+                    let grads = out.sum().backward();
+                    let grad = embed.tokens.grad(&grads).expect("token gradient");
+                    assert_eq!(grad.dtype(), dtype, "{dtype:?} {int:?}: token gradient");
+                }
+            }
+        }
+    }
+}
+
 on_every_device!(
+    dtypes_follow_the_token_table,
     large_outputs_match_the_reference,
     fused_equals_reference,
     bad_ids_give_the_same_error_fused_or_not,
