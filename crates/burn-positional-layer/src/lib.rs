@@ -14,6 +14,11 @@
 //! `# Panics`). Input from outside (token ids, position ids, config files, saved records) has a
 //! `try_` twin returning [`PositionError`], whose message names the value, the limit and the fix.
 //! The panicking twins panic with that same message.
+//!
+//! The one exception is the forward itself: [`EmbeddingWithPosition::forward`] never reads from
+//! the device (a read stalls a GPU queue), so bad token ids come out as NaN rows and
+//! [`EmbeddingWithPosition::check_inputs`] names them when the caller chooses;
+//! [`EmbeddingWithPosition::try_forward`] checks at once.
 
 mod alibi;
 mod attention;
