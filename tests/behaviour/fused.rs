@@ -207,11 +207,18 @@ fn dtypes_follow_the_token_table(device: &Device) {
                 let out = embed.forward(ids(device).cast(int));
                 assert_eq!(fused_calls(), before + 1, "{dtype:?} {int:?}: fused");
                 assert_eq!(out.dtype(), dtype);
-                let tolerance = if matches!(dtype, DType::F16 | DType::BF16) { 3e-2 } else { 1e-5 };
+                let tolerance = if matches!(dtype, DType::F16 | DType::BF16) {
+                    3e-2
+                } else {
+                    1e-5
+                };
                 out.clone()
                     .cast(DType::F32)
                     .into_data()
-                    .assert_approx_eq::<f32>(&want.clone().into_data(), Tolerance::absolute(tolerance));
+                    .assert_approx_eq::<f32>(
+                        &want.clone().into_data(),
+                        Tolerance::absolute(tolerance),
+                    );
                 embed.check_inputs().unwrap();
                 if device.is_autodiff() {
                     let grads = out.sum().backward();
