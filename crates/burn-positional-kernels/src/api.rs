@@ -326,24 +326,50 @@ pub fn fused_embedding(
     table: Option<Tensor<2>>,
     options: &FusedEmbeddingOptions,
 ) -> Result<(Tensor<3>, InputStatus), FusedEmbeddingError> {
-    let args = kernel_args(&ids, &positions, table.is_some(), options)?;
-    let [vocab_size, _] = tokens.dims();
-    let table_len = table.as_ref().map(|t| t.dims()[0]);
-    let positions_tensor = positions_arg(&ids, &positions);
-    let (output, codes) = match table {
-        Some(table) => {
+    embed_with(
+        tokens,
+        ids,
+        positions,
+        table,
+        options,
+        |tokens, ids, positions, table, args| {
+            let Some(table) = table else {
+                return run_reference(tokens, ids, positions, None, &args);
+            };
             FUSED_CALLS.with(|calls| calls.set(calls.get() + 1));
             let (output, codes) = <Dispatch as PositionalKernels>::fused_embedding(
                 tokens.into_dispatch(),
-                ids.clone().into_dispatch(),
-                positions_tensor.into_dispatch(),
+                ids.into_dispatch(),
+                positions.into_dispatch(),
                 table.into_dispatch(),
                 args,
             );
             (Tensor::from_dispatch(output), Tensor::from_dispatch(codes))
-        }
-        None => run_reference(tokens, ids.clone(), positions_tensor, None, &args),
-    };
+        },
+    )
+}
+
+/// What both entry points share: the host checks, the positions argument, and the status that
+/// keeps what a later check needs to name a bad token.
+fn embed_with(
+    tokens: Tensor<2>,
+    ids: Tensor<2, Int>,
+    positions: Positions,
+    table: Option<Tensor<2>>,
+    options: &FusedEmbeddingOptions,
+    op: impl FnOnce(
+        Tensor<2>,
+        Tensor<2, Int>,
+        Tensor<2, Int>,
+        Option<Tensor<2>>,
+        KernelArgs,
+    ) -> (Tensor<3>, Tensor<2, Int>),
+) -> Result<(Tensor<3>, InputStatus), FusedEmbeddingError> {
+    let args = kernel_args(&ids, &positions, table.is_some(), options)?;
+    let [vocab_size, _] = tokens.dims();
+    let table_len = table.as_ref().map(|t| t.dims()[0]);
+    let positions_tensor = positions_arg(&ids, &positions);
+    let (output, codes) = op(tokens, ids.clone(), positions_tensor, table, args);
     let status = InputStatus {
         codes,
         ids,
@@ -385,19 +411,14 @@ pub fn reference_embedding(
     table: Option<Tensor<2>>,
     options: &FusedEmbeddingOptions,
 ) -> Result<(Tensor<3>, InputStatus), FusedEmbeddingError> {
-    let args = kernel_args(&ids, &positions, table.is_some(), options)?;
-    let [vocab_size, _] = tokens.dims();
-    let table_len = table.as_ref().map(|t| t.dims()[0]);
-    let positions_tensor = positions_arg(&ids, &positions);
-    let (output, codes) = run_reference(tokens, ids.clone(), positions_tensor, table, &args);
-    let status = InputStatus {
-        codes,
+    embed_with(
+        tokens,
         ids,
         positions,
-        vocab_size,
-        table_len,
-    };
-    Ok((output, status))
+        table,
+        options,
+        |tokens, ids, positions, table, args| run_reference(tokens, ids, positions, table, &args),
+    )
 }
 
 fn run_reference(
