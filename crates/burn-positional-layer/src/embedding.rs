@@ -461,8 +461,8 @@ impl EmbeddingWithPosition {
 
     /// The unfused forward, made of burn tensor ops: a gather, a scale, the position rows and
     /// an add or a concatenation, after an id check that reads the ids' minimum and maximum
-    /// back once. The reference the fused pass is tested against, and the path for what the
-    /// fused pass does not serve. Dropout included.
+    /// back once. The reference the fused pass is tested against, and the path every forward
+    /// takes when [`EmbeddingWithPositionConfig::fused`] is off. Dropout included.
     ///
     /// # Shapes
     ///
@@ -650,8 +650,8 @@ fn check_ids_in(
 
 /// Checks that every id lies in `0..vocab_size`, with one small read-back from the device.
 ///
-/// [`EmbeddingWithPosition::try_forward`] does this on every call; this function is for
-/// checking tokenizer output once, up front, and for measuring what the check costs.
+/// [`EmbeddingWithPosition::try_forward`] checks ids (from the fused pass's status) on every
+/// call; this function is for checking tokenizer output once, up front, before any model runs.
 ///
 /// # Shapes
 ///
