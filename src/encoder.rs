@@ -7,8 +7,8 @@ use burn::prelude::*;
 
 use crate::schemes::Scheme;
 use crate::{
-    Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, PositionError,
-    PositionSchemeConfig, Positions, RopeConfig, ScoreBiasConfig, SelfAttention,
+    AttentionInput, Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, PositionError,
+    PositionSchemeConfig, Positions, RopeConfig, ScoreBias, ScoreBiasConfig, SelfAttention,
     SelfAttentionConfig,
 };
 
@@ -34,7 +34,8 @@ pub struct EncoderConfig {
     /// Rotary positions in every block (see [`crate::schemes`]).
     #[config(default = "None")]
     pub rope: Option<RopeConfig>,
-    /// A score bias in every block (ALiBi, T5).
+    /// A score bias in every block (ALiBi, T5): one module, its bias computed once per forward
+    /// and passed to every block (one T5 table for the stack, as in T5).
     #[config(default = "None")]
     pub score_bias: Option<ScoreBiasConfig>,
 }
@@ -58,6 +59,8 @@ pub struct Encoder {
     pub embed: EmbeddingWithPosition,
     /// The attention blocks.
     pub blocks: Vec<SelfAttention>,
+    /// The score bias every block shares.
+    pub score_bias: Option<ScoreBias>,
     /// Final norm.
     pub norm: LayerNorm,
 }
@@ -67,17 +70,24 @@ impl EncoderConfig {
     ///
     /// # Panics
     ///
-    /// As [`EmbeddingWithPositionConfig::init`] and [`SelfAttentionConfig::init`].
+    /// As [`EmbeddingWithPositionConfig::init`] and [`SelfAttentionConfig::init`] (which also
+    /// checks the shared score bias against the blocks).
     pub fn init(&self, device: &Device) -> Encoder {
-        let block = SelfAttentionConfig::new(self.d_model, self.n_heads)
+        // Validated as a block's own bias: the head count must fit.
+        let checked = SelfAttentionConfig::new(self.d_model, self.n_heads)
             .with_rope(self.rope.clone())
             .with_score_bias(self.score_bias.clone());
+        if let Err(err) = checked.validate() {
+            panic!("{err}");
+        }
+        let block = checked.with_score_bias(None);
         Encoder {
             embed: EmbeddingWithPositionConfig::new(self.vocab_size, self.d_model)
                 .with_scheme(self.scheme.clone())
                 .with_combine(self.combine.clone())
                 .init(device),
             blocks: (0..self.n_blocks).map(|_| block.init(device)).collect(),
+            score_bias: self.score_bias.as_ref().map(|bias| bias.init(device)),
             norm: LayerNormConfig::new(self.d_model).init(device),
         }
     }
@@ -110,26 +120,46 @@ impl Encoder {
         ids: Tensor<2, Int>,
     ) -> Result<(Tensor<3>, Option<Tensor<4>>), PositionError> {
         let x = self.embed.try_forward(ids, Positions::default())?; // [batch, seq, d_model]
-        Ok(self.blocks_and_norm(x))
+        Ok(self.blocks_and_norm(x, true))
     }
 
     /// [`try_forward`](Self::try_forward) without a device-to-host read: bad ids come out as
-    /// NaN and are named by `self.embed.check_inputs()` (the training loop's path).
+    /// NaN and are named by `self.embed.check_inputs()`.
     ///
     /// # Shapes
     ///
     /// As [`try_forward`](Self::try_forward).
     pub fn forward(&self, ids: Tensor<2, Int>) -> (Tensor<3>, Option<Tensor<4>>) {
-        self.blocks_and_norm(self.embed.forward(ids))
+        self.blocks_and_norm(self.embed.forward(ids), true)
     }
 
-    fn blocks_and_norm(&self, mut x: Tensor<3>) -> (Tensor<3>, Option<Tensor<4>>) {
-        let mut weights = None;
-        for block in &self.blocks {
-            let out = block.forward_with(x, None);
-            (x, weights) = (out.output, Some(out.weights));
+    /// Normalized hidden states through burn's fused attention, without weights and without a
+    /// device-to-host read (the training loop's path).
+    ///
+    /// # Shapes
+    ///
+    /// - ids: `[batch, seq]`; output: `[batch, seq, d_model]`
+    pub fn hidden(&self, ids: Tensor<2, Int>) -> Tensor<3> {
+        self.blocks_and_norm(self.embed.forward(ids), false).0
+    }
+
+    /// The blocks and the final norm; the last block's weights when `weights` is set.
+    fn blocks_and_norm(&self, mut x: Tensor<3>, weights: bool) -> (Tensor<3>, Option<Tensor<4>>) {
+        let [_, seq, _] = x.dims();
+        // One bias for the whole stack, computed once per forward.
+        let bias = self.score_bias.as_ref().map(|bias| bias.bias(0, seq, seq));
+        let mut last = None;
+        for (i, block) in self.blocks.iter().enumerate() {
+            let mut input = AttentionInput::new(x);
+            input.score_bias = bias.clone();
+            if weights && i + 1 == self.blocks.len() {
+                let out = block.forward_with_weights(input);
+                (x, last) = (out.output, Some(out.weights));
+            } else {
+                x = block.forward_input(input);
+            }
         }
-        (self.norm.forward(x), weights)
+        (self.norm.forward(x), last)
     }
 }
 

@@ -126,8 +126,8 @@ impl SchemeProbe {
         }
     }
 
-    /// The scheme as a trained encoder holds it: the embedding's positions, or the first
-    /// block's rotary positions or score bias.
+    /// The scheme as a trained encoder holds it: the embedding's positions, the first block's
+    /// rotary positions, or the score bias the blocks share.
     pub fn from_encoder(
         scheme: Scheme,
         label: impl Into<String>,
@@ -137,7 +137,7 @@ impl SchemeProbe {
         let block = encoder.blocks.first();
         let probe = if let Some(rope) = block.and_then(|b| b.rope.clone()) {
             Probe::Rope(rope)
-        } else if let Some(bias) = block.and_then(|b| b.score_bias.clone()) {
+        } else if let Some(bias) = encoder.score_bias.clone() {
             Probe::Bias(bias)
         } else {
             Probe::Absolute(encoder.embed.position.clone())

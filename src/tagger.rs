@@ -87,7 +87,7 @@ impl TokenTagger {
         answers: Tensor<2, Int>,
         k: usize,
     ) -> (Tensor<1>, f32) {
-        let (hidden, _) = self.encoder.forward(ids);
+        let hidden = self.encoder.hidden(ids);
         loss_and_accuracy_at(self.head.forward(hidden), answers, k)
     }
 }

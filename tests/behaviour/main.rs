@@ -25,6 +25,7 @@ macro_rules! on_every_autodiff_device {
 
 mod devices;
 
+mod attention_block;
 mod attention_schemes;
 mod bad_input;
 mod equivariance;

@@ -17,18 +17,44 @@
 //! ([`SelfAttentionConfig::score_bias`]: ALiBi, T5), or a score bias computed outside and passed
 //! to [`forward_with`](SelfAttention::forward_with) (one T5 table shared by every block).
 //!
+//! # As models use it
+//!
+//! - [`forward`](SelfAttention::forward) runs burn's fused
+//!   [`attention`](burn::tensor::module::attention) (flash kernels on flex and the Cube backends)
+//!   with the score bias and masks passed in; [`forward_with`](SelfAttention::forward_with) spells
+//!   the scores out and returns the weights too, for pictures and probes. The two agree to float
+//!   tolerance.
+//! - Score biases and masks that depend only on shapes are built on the device and cached (see
+//!   [`Alibi::bias`](crate::Alibi::bias), [`T5Bias::buckets`](crate::T5Bias::buckets)).
+//! - Padded keys are kept out of attention by a key padding mask ([`AttentionInput::key_padding`],
+//!   [`padding_mask`]), as burn's `MultiHeadAttention` does with `mask_pad`.
+//! - A causal block decodes token by token with a [`KvCache`]
+//!   ([`forward_cached`](SelfAttention::forward_cached)): RoPE rotates at the cached length, ALiBi
+//!   and T5 measure distances from it.
+//!
 //! A causal mask breaks equivariance on its own: token `i` attends to tokens `0..=i`, so moving
 //! a token changes which tokens can see it. The mask is itself a (weak) source of position.
 
 use burn::config::Config;
-use burn::module::Module;
-use burn::nn::{Dropout, DropoutConfig, Gelu, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
+use burn::nn::transformer::{PositionWiseFeedForward, PositionWiseFeedForwardConfig};
+use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::activation::softmax;
-use burn::tensor::{Bool, Device, Tensor};
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{Bool, DType, Device, Int, Shape, Tensor};
 
-use crate::{Alibi, AlibiConfig, Rope, RopeConfig, T5Bias, T5BiasConfig};
+use crate::cache::{self, ShapeCache};
+use crate::{
+    Alibi, AlibiConfig, AlibiDirection, PositionError, Rope, RopeConfig, T5Bias, T5BiasConfig,
+};
 
 /// Configuration of [`SelfAttention`].
+///
+/// The position parts can be sized from the block itself, so nothing is said twice:
+/// [`with_rotary`](Self::with_rotary), [`with_alibi`](Self::with_alibi) and
+/// [`with_t5`](Self::with_t5). Parts given by hand are checked against the block at
+/// [`try_init`](Self::try_init).
 #[derive(Config, Debug, PartialEq)]
 pub struct SelfAttentionConfig {
     /// Width of the token vectors.
@@ -39,7 +65,8 @@ pub struct SelfAttentionConfig {
     /// original Transformer.
     #[config(default = "None")]
     pub d_ff: Option<usize>,
-    /// Dropout on the attention weights and on each residual branch. 0 by default.
+    /// Dropout on the attention weights, inside the feed-forward and on each residual branch.
+    /// 0 by default.
     #[config(default = 0.0)]
     pub dropout: f64,
     /// Mask attention to later tokens (decoder style). Off by default.
@@ -52,7 +79,7 @@ pub struct SelfAttentionConfig {
     #[config(default = "None")]
     pub rope: Option<RopeConfig>,
     /// A score bias this block computes itself (ALiBi, or a T5 table of its own). None by
-    /// default; to share one T5 table across blocks, pass its bias to `forward_with` instead.
+    /// default; to share one T5 table across blocks, pass its bias in [`AttentionInput`] instead.
     #[config(default = "None")]
     pub score_bias: Option<ScoreBiasConfig>,
 }
@@ -78,7 +105,27 @@ pub enum ScoreBias {
 }
 
 impl ScoreBiasConfig {
+    /// Number of heads the bias is built for.
+    pub fn n_heads(&self) -> usize {
+        match self {
+            Self::Alibi(config) => config.n_heads,
+            Self::T5(config) => config.n_heads,
+        }
+    }
+
+    /// Checks the bias's own config.
+    pub fn validate(&self) -> Result<(), PositionError> {
+        match self {
+            Self::Alibi(config) => config.validate(),
+            Self::T5(config) => config.validate(),
+        }
+    }
+
     /// Builds the bias.
+    ///
+    /// # Panics
+    ///
+    /// If [`validate`](Self::validate) fails.
     pub fn init(&self, device: &Device) -> ScoreBias {
         match self {
             Self::Alibi(config) => ScoreBias::Alibi(config.init(device)),
@@ -88,7 +135,8 @@ impl ScoreBiasConfig {
 }
 
 impl ScoreBias {
-    /// The bias for queries at `offset..offset + seq_q` and keys at `0..seq_k`.
+    /// The bias for queries at `offset..offset + seq_q` and keys at `0..seq_k`, built on the
+    /// device and cached by shape (see [`Alibi::bias`], [`T5Bias::bias`]).
     ///
     /// # Shapes
     ///
@@ -99,6 +147,18 @@ impl ScoreBias {
             Self::T5(t5) => t5.bias(offset, seq_q, seq_k),
         }
     }
+
+    /// [`bias`](Self::bias) in `dtype`.
+    fn bias_as(&self, offset: usize, seq_q: usize, seq_k: usize, dtype: DType) -> Tensor<4> {
+        match self {
+            Self::Alibi(alibi) => alibi.bias_as(offset, seq_q, seq_k, dtype),
+            Self::T5(t5) => cast(t5.bias(offset, seq_q, seq_k), dtype),
+        }
+    }
+}
+
+fn cast(x: Tensor<4>, dtype: DType) -> Tensor<4> {
+    if x.dtype() == dtype { x } else { x.cast(dtype) }
 }
 
 /// A pre-norm self-attention block, see the [module docs](self).
@@ -114,6 +174,7 @@ impl ScoreBias {
 /// assert_eq!(block.forward_with(x, None).weights.dims(), [2, 4, 5, 5]); // [batch, n_heads, seq, seq]
 /// ```
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct SelfAttention {
     /// Norm before attention.
     pub norm_attention: LayerNorm,
@@ -127,12 +188,8 @@ pub struct SelfAttention {
     pub output: Linear,
     /// Norm before the feed-forward.
     pub norm_feed_forward: LayerNorm,
-    /// `d_model -> d_ff`.
-    pub feed_forward_in: Linear,
-    /// `d_ff -> d_model`.
-    pub feed_forward_out: Linear,
-    /// The feed-forward's activation.
-    pub activation: Gelu,
+    /// burn's `d_model -> d_ff -> d_model` feed-forward with a GELU.
+    pub feed_forward: PositionWiseFeedForward,
     /// Dropout on weights and residual branches.
     pub dropout: Dropout,
     /// Number of heads.
@@ -145,30 +202,240 @@ pub struct SelfAttention {
     pub score_bias: Option<ScoreBias>,
 }
 
+impl ModuleDisplay for SelfAttention {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        let [d_model, _] = self.query.weight.shape().dims();
+        let position = match (&self.rope, &self.score_bias) {
+            (Some(_), _) => "rope",
+            (None, Some(ScoreBias::Alibi(_))) => "alibi",
+            (None, Some(ScoreBias::T5(_))) => "t5",
+            (None, None) => "none",
+        };
+        content
+            .add("d_model", &d_model)
+            .add("n_heads", &self.n_heads)
+            .add("causal", &self.causal)
+            .add("position", &position.to_string())
+            .optional()
+    }
+}
+
 /// The block's output and the attention weights that produced it.
 #[derive(Debug, Clone)]
 pub struct AttentionOutput {
     /// `[batch, seq, d_model]`.
     pub output: Tensor<3>,
-    /// `[batch, n_heads, seq, seq]`: row `i` is how token `i` spreads its attention.
+    /// `[batch, n_heads, seq, seq_k]`: row `i` is how token `i` spreads its attention
+    /// (`seq_k = seq` without a cache).
     pub weights: Tensor<4>,
 }
 
+/// What a block attends over: the tokens, and optionally a key padding mask and a score bias
+/// computed outside (one T5 table shared by every block), as burn's `MhaInput` carries `mask_pad`.
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional_layer::{AttentionInput, SelfAttentionConfig, padding_mask};
+///
+/// let device = Device::flex();
+/// let block = SelfAttentionConfig::new(32, 4).init(&device);
+/// let ids = Tensor::<2, Int>::from_data([[0, 0, 7, 8], [5, 6, 7, 8]], &device); // 0 pads
+/// let x = Tensor::<3>::ones([2, 4, 32], &device);
+/// let input = AttentionInput::new(x).key_padding(padding_mask(ids, 0));
+/// assert_eq!(block.forward_input(input).dims(), [2, 4, 32]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct AttentionInput {
+    /// `[batch, seq, d_model]`.
+    pub x: Tensor<3>,
+    /// `[batch, seq_k]`, true where the key is padding (`seq_k` counts cached keys too).
+    pub key_padding: Option<Tensor<2, Bool>>,
+    /// `[batch or 1, n_heads or 1, seq, seq_k]`, added to the scores beside the block's own.
+    pub score_bias: Option<Tensor<4>>,
+}
+
+impl AttentionInput {
+    /// Tokens alone.
+    pub fn new(x: Tensor<3>) -> Self {
+        Self {
+            x,
+            key_padding: None,
+            score_bias: None,
+        }
+    }
+
+    /// Keeps padded keys out of attention: `mask` is `[batch, seq_k]`, true at padding (see
+    /// [`padding_mask`]). A query whose keys are all padding gets zero attention.
+    pub fn key_padding(mut self, mask: Tensor<2, Bool>) -> Self {
+        self.key_padding = Some(mask);
+        self
+    }
+
+    /// Adds `bias` (`[batch or 1, n_heads or 1, seq, seq_k]`) to the scores.
+    pub fn score_bias(mut self, bias: Tensor<4>) -> Self {
+        self.score_bias = Some(bias);
+        self
+    }
+}
+
+/// The key padding mask of token ids: true where the id is `padding_idx`. No read.
+///
+/// # Shapes
+///
+/// - ids: `[batch, seq]`; output: `[batch, seq]`
+pub fn padding_mask(ids: Tensor<2, Int>, padding_idx: usize) -> Tensor<2, Bool> {
+    ids.equal_elem(padding_idx as i64)
+}
+
+/// The keys and values a causal block has seen, for decoding one token (or chunk) at a time
+/// with [`SelfAttention::forward_cached`]. One cache per block.
+///
+/// Keys are stored after RoPE's rotation. Each step concatenates the new keys and values on
+/// the device (no read).
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    keys: Option<Tensor<4>>,
+    values: Option<Tensor<4>>,
+}
+
+impl KvCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Tokens cached so far: the position of the next query.
+    pub fn len(&self) -> usize {
+        self.keys.as_ref().map_or(0, |k| k.dims()[2])
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets everything (a new sequence).
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
+}
+
 impl SelfAttentionConfig {
-    /// Builds the block.
-    ///
-    /// # Panics
-    ///
-    /// If `n_heads` is 0 or does not divide `d_model`.
-    pub fn init(&self, device: &Device) -> SelfAttention {
+    /// This config with RoPE sized from the block (`d_head = d_model / n_heads`), default
+    /// base and layout. Set `d_model` and `n_heads` first.
+    pub fn with_rotary(self) -> Self {
+        let rope = RopeConfig::new(self.d_model / self.n_heads.max(1));
+        self.with_rope(Some(rope))
+    }
+
+    /// This config with ALiBi for this block's heads.
+    pub fn with_alibi(self, direction: AlibiDirection) -> Self {
+        let alibi = AlibiConfig::new(self.n_heads).with_direction(direction);
+        self.with_score_bias(Some(ScoreBiasConfig::Alibi(alibi)))
+    }
+
+    /// This config with a T5 table of its own for this block's heads: decoder-style buckets
+    /// when the block is causal, encoder-style otherwise (set `causal` first).
+    pub fn with_t5(self) -> Self {
+        let t5 = T5BiasConfig::new(self.n_heads).with_bidirectional(!self.causal);
+        self.with_score_bias(Some(ScoreBiasConfig::T5(t5)))
+    }
+
+    /// Checks the config and that its position parts fit the block.
+    pub fn validate(&self) -> Result<(), PositionError> {
         let Self {
             d_model, n_heads, ..
         } = *self;
-        assert!(
-            n_heads > 0 && d_model % n_heads == 0,
-            "n_heads ({n_heads}) must divide d_model ({d_model}): each head gets d_model / n_heads \
-             dimensions. Fix: choose n_heads among the divisors of {d_model}"
-        );
+        if n_heads == 0 || d_model == 0 || d_model % n_heads != 0 {
+            let divisors: Vec<String> = (1..=d_model.min(64))
+                .filter(|h| d_model % h == 0)
+                .map(|h| h.to_string())
+                .collect();
+            return Err(PositionError::InvalidConfig {
+                field: "SelfAttentionConfig::n_heads",
+                value: format!("{n_heads} (with d_model = {d_model})"),
+                rule: "n_heads must be positive and divide d_model: each head gets \
+                       d_model / n_heads dimensions",
+                fix: format!(
+                    "choose n_heads among the divisors of d_model ({})",
+                    if divisors.is_empty() {
+                        "d_model must be positive".to_string()
+                    } else {
+                        divisors.join(", ")
+                    }
+                ),
+            });
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(PositionError::InvalidConfig {
+                field: "SelfAttentionConfig::dropout",
+                value: self.dropout.to_string(),
+                rule: "a dropout probability lies in [0, 1)",
+                fix: "use 0 (no dropout) or a probability such as 0.1".into(),
+            });
+        }
+        if self.d_ff == Some(0) {
+            return Err(PositionError::InvalidConfig {
+                field: "SelfAttentionConfig::d_ff",
+                value: "Some(0)".into(),
+                rule: "the feed-forward needs a hidden width",
+                fix: format!(
+                    "use None (4 * d_model = {}) or a positive width",
+                    4 * d_model
+                ),
+            });
+        }
+        if !(self.norm_eps > 0.0 && self.norm_eps.is_finite()) {
+            return Err(PositionError::InvalidConfig {
+                field: "SelfAttentionConfig::norm_eps",
+                value: self.norm_eps.to_string(),
+                rule: "the layer norms' epsilon must be a positive finite number",
+                fix: "use the default 1e-5".into(),
+            });
+        }
+        let d_head = d_model / n_heads;
+        if let Some(rope) = &self.rope {
+            rope.validate()?;
+            if rope.d_head != d_head {
+                return Err(PositionError::PartDoesNotFitBlock {
+                    part: "RopeConfig",
+                    field: "d_head",
+                    value: rope.d_head,
+                    block: d_head,
+                    fix: "build it with `SelfAttentionConfig::with_rotary`, or set \
+                          `RopeConfig::d_head` to d_model / n_heads",
+                });
+            }
+        }
+        if let Some(bias) = &self.score_bias {
+            bias.validate()?;
+            if bias.n_heads() != n_heads {
+                return Err(PositionError::PartDoesNotFitBlock {
+                    part: match bias {
+                        ScoreBiasConfig::Alibi(_) => "AlibiConfig",
+                        ScoreBiasConfig::T5(_) => "T5BiasConfig",
+                    },
+                    field: "n_heads",
+                    value: bias.n_heads(),
+                    block: n_heads,
+                    fix: "build it with `SelfAttentionConfig::with_alibi` or `with_t5`, or give \
+                          the bias the block's n_heads",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the block, or says which setting is wrong and how to fix it.
+    pub fn try_init(&self, device: &Device) -> Result<SelfAttention, PositionError> {
+        self.validate()?;
+        let d_model = self.d_model;
         let d_ff = self.d_ff.unwrap_or(4 * d_model);
         let linear = |d_in, d_out| LinearConfig::new(d_in, d_out).init(device);
         let norm = || {
@@ -176,43 +443,79 @@ impl SelfAttentionConfig {
                 .with_epsilon(self.norm_eps)
                 .init(device)
         };
-        SelfAttention {
+        Ok(SelfAttention {
             norm_attention: norm(),
             query: linear(d_model, d_model),
             key: linear(d_model, d_model),
             value: linear(d_model, d_model),
             output: linear(d_model, d_model),
             norm_feed_forward: norm(),
-            feed_forward_in: linear(d_model, d_ff),
-            feed_forward_out: linear(d_ff, d_model),
-            activation: Gelu::new(),
+            feed_forward: PositionWiseFeedForwardConfig::new(d_model, d_ff)
+                .with_dropout(self.dropout)
+                .init(device),
             dropout: DropoutConfig::new(self.dropout).init(),
-            n_heads,
+            n_heads: self.n_heads,
             causal: self.causal,
-            rope: self.rope.as_ref().map(|rope| {
-                assert_eq!(
-                    rope.d_head,
-                    d_model / n_heads,
-                    "RopeConfig::d_head ({}) must be d_model / n_heads ({})",
-                    rope.d_head,
-                    d_model / n_heads
-                );
-                rope.init(device)
-            }),
+            rope: self.rope.as_ref().map(|rope| rope.init(device)),
             score_bias: self.score_bias.as_ref().map(|bias| bias.init(device)),
-        }
+        })
+    }
+
+    /// Builds the block.
+    ///
+    /// # Panics
+    ///
+    /// With [`try_init`](Self::try_init)'s message if the config is invalid: `n_heads` is 0 or
+    /// does not divide `d_model`, dropout is outside `[0, 1)`, or a position part was built for
+    /// another head count or width.
+    pub fn init(&self, device: &Device) -> SelfAttention {
+        self.try_init(device).unwrap_or_else(|err| panic!("{err}"))
     }
 }
 
+/// What to compute besides the output.
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    /// burn's fused attention; no weights.
+    Fused,
+    /// Scores spelled out; weights returned.
+    Weights,
+}
+
 impl SelfAttention {
-    /// Applies the block.
+    /// Width of the token vectors.
+    pub fn d_model(&self) -> usize {
+        self.query.weight.shape().dims::<2>()[0]
+    }
+
+    /// Applies the block with burn's fused attention.
     ///
     /// # Shapes
     ///
     /// - x: `[batch, seq, d_model]`
-    /// - output: `[batch, seq, d_model]`
+    /// - output: `[batch, seq, d_model]` (empty when `batch` or `seq` is 0)
+    ///
+    /// # Panics
+    ///
+    /// If the last dimension of `x` is not `d_model`.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        self.forward_with(x, None).output
+        self.forward_input(AttentionInput::new(x))
+    }
+
+    /// Applies the block to `input` (tokens, key padding, an outside score bias) with burn's
+    /// fused attention. While training with dropout, the weights are spelled out so that they
+    /// can be dropped (burn's fused attention has no dropout).
+    ///
+    /// # Shapes
+    ///
+    /// See [`AttentionInput`]; output: `[batch, seq, d_model]`.
+    ///
+    /// # Panics
+    ///
+    /// If a shape does not fit: `x`'s width is not `d_model`, the padding mask is not
+    /// `[batch, seq]`, or the bias does not broadcast to `[batch, n_heads, seq, seq]`.
+    pub fn forward_input(&self, input: AttentionInput) -> Tensor<3> {
+        self.run(input, None, Path::Fused).0
     }
 
     /// Applies the block with an additive bias on the attention scores, and returns the
@@ -228,58 +531,285 @@ impl SelfAttention {
     ///
     /// If the bias does not broadcast to `[batch, n_heads, seq, seq]`.
     pub fn forward_with(&self, x: Tensor<3>, score_bias: Option<Tensor<4>>) -> AttentionOutput {
-        let (attended, weights) = self.attend(self.norm_attention.forward(x.clone()), score_bias);
-        let x = x + self.dropout.forward(attended);
-        let hidden = self.activation.forward(
-            self.feed_forward_in
-                .forward(self.norm_feed_forward.forward(x.clone())),
-        );
-        let output = x + self.dropout.forward(self.feed_forward_out.forward(hidden));
-        AttentionOutput { output, weights }
+        let mut input = AttentionInput::new(x);
+        input.score_bias = score_bias;
+        self.forward_with_weights(input)
     }
 
-    /// Multi-head attention over already normalized tokens.
-    fn attend(&self, x: Tensor<3>, score_bias: Option<Tensor<4>>) -> (Tensor<3>, Tensor<4>) {
+    /// [`forward_input`](Self::forward_input) with the scores spelled out, returning the
+    /// attention weights beside the output.
+    ///
+    /// # Shapes
+    ///
+    /// See [`AttentionInput`]; weights: `[batch, n_heads, seq, seq]`.
+    ///
+    /// # Panics
+    ///
+    /// As [`forward_input`](Self::forward_input).
+    pub fn forward_with_weights(&self, input: AttentionInput) -> AttentionOutput {
+        let (output, weights) = self.run(input, None, Path::Weights);
+        AttentionOutput {
+            output,
+            weights: weights.expect("the weights path returns weights"),
+        }
+    }
+
+    /// Applies the block to the next token(s) of sequences whose earlier tokens are in
+    /// `cache`, and appends the new keys and values to it. The new queries sit at positions
+    /// `cache.len()..`: RoPE rotates them there, ALiBi and T5 measure distances from there, and
+    /// a causal block lets each see every cached key and the new keys up to itself. Decoding a
+    /// sequence token by token this way gives the rows of the full causal forward.
+    ///
+    /// # Shapes
+    ///
+    /// - input.x: `[batch, seq_new, d_model]`; key padding, if any: `[batch, cache.len() + seq_new]`
+    /// - output: `[batch, seq_new, d_model]`
+    ///
+    /// # Panics
+    ///
+    /// As [`forward_input`](Self::forward_input), and if the cache holds another batch size.
+    pub fn forward_cached(&self, input: AttentionInput, cache: &mut KvCache) -> Tensor<3> {
+        self.run(input, Some(cache), Path::Fused).0
+    }
+
+    fn run(
+        &self,
+        input: AttentionInput,
+        cache: Option<&mut KvCache>,
+        path: Path,
+    ) -> (Tensor<3>, Option<Tensor<4>>) {
+        let AttentionInput {
+            x,
+            key_padding,
+            score_bias,
+        } = input;
+        let [batch, seq, d_model] = x.dims();
+        assert_eq!(
+            d_model,
+            self.d_model(),
+            "the block takes tokens {} wide (d_model), got [batch {batch}, seq {seq}, {d_model}]. \
+             Fix: build the block with d_model = {d_model}, or project the input to {}",
+            self.d_model(),
+            self.d_model()
+        );
+        let offset = cache.as_ref().map_or(0, |cache| cache.len());
+        let seq_k = offset + seq;
+        if let Some(mask) = &key_padding {
+            assert_eq!(
+                mask.dims(),
+                [batch, seq_k],
+                "the key padding mask must be [batch {batch}, keys {seq_k}] (cached and new \
+                 keys), got {:?}. Fix: one flag per key, true at padding",
+                mask.dims()
+            );
+        }
+        if let Some(bias) = &score_bias {
+            let [b, h, sq, sk] = bias.dims();
+            assert!(
+                (b == 1 || b == batch) && (h == 1 || h == self.n_heads) && sq == seq && sk == seq_k,
+                "score bias of shape {:?} does not broadcast to the scores' [batch {batch}, n_heads \
+                 {}, seq {seq}, keys {seq_k}]",
+                [b, h, sq, sk],
+                self.n_heads
+            );
+        }
+        if batch == 0 || seq == 0 {
+            // Nothing to attend: the output is as empty as the input (and nothing is cached).
+            let weights = (path == Path::Weights).then(|| {
+                Tensor::zeros(
+                    Shape::new([batch, self.n_heads, seq, seq_k]),
+                    (&x.device(), x.dtype()),
+                )
+            });
+            return (x, weights);
+        }
+        let normed = self.norm_attention.forward(x.clone());
+        let (attended, weights) = self.attend(normed, cache, offset, key_padding, score_bias, path);
+        let x = x + self.dropout.forward(attended);
+        let fed = self
+            .feed_forward
+            .forward(self.norm_feed_forward.forward(x.clone()));
+        (x + self.dropout.forward(fed), weights)
+    }
+
+    /// Multi-head attention over already normalized tokens at positions `offset..`.
+    fn attend(
+        &self,
+        x: Tensor<3>,
+        cache: Option<&mut KvCache>,
+        offset: usize,
+        key_padding: Option<Tensor<2, Bool>>,
+        score_bias: Option<Tensor<4>>,
+        path: Path,
+    ) -> (Tensor<3>, Option<Tensor<4>>) {
         let [batch, seq, d_model] = x.dims();
         let (n_heads, d_head) = (self.n_heads, d_model / self.n_heads);
+        let seq_k = offset + seq;
+        let device = x.device();
         // [batch, seq, d_model] -> [batch, n_heads, seq, d_head]
         let split = |t: Tensor<3>| t.reshape([batch, seq, n_heads, d_head]).swap_dims(1, 2);
         let mut q = split(self.query.forward(x.clone()));
         let mut k = split(self.key.forward(x.clone()));
-        let v = split(self.value.forward(x));
+        let mut v = split(self.value.forward(x));
         if let Some(rope) = &self.rope {
-            (q, k) = (rope.apply(q, 0), rope.apply(k, 0));
+            (q, k) = (rope.apply(q, offset), rope.apply(k, offset));
         }
-        let score_bias = match (&self.score_bias, score_bias) {
-            (Some(own), Some(given)) => Some(own.bias(0, seq, seq) + given),
-            (Some(own), None) => Some(own.bias(0, seq, seq)),
-            (None, given) => given,
+        if let Some(cache) = cache {
+            if let (Some(past_k), Some(past_v)) = (cache.keys.take(), cache.values.take()) {
+                assert_eq!(
+                    past_k.dims()[0],
+                    batch,
+                    "the cache holds {} sequences, the input {batch}. Fix: one cache per batch \
+                     of sequences; call `clear` to start a new one",
+                    past_k.dims()[0]
+                );
+                k = Tensor::cat(vec![past_k, k], 2);
+                v = Tensor::cat(vec![past_v, v], 2);
+            }
+            cache.keys = Some(k.clone());
+            cache.values = Some(v.clone());
+        }
+        let dtype = q.dtype();
+        let own = self
+            .score_bias
+            .as_ref()
+            .map(|bias| bias.bias_as(offset, seq, seq_k, dtype));
+        let bias = match (own, score_bias.map(|b| cast(b, dtype))) {
+            (Some(own), Some(given)) => Some(own + given),
+            (own, given) => own.or(given),
         };
-
+        // [batch, seq_k] -> [batch, 1, seq, seq_k]: one mask for every head.
+        let padding = key_padding.map(|mask| {
+            mask.reshape([batch, 1, 1, seq_k])
+                .expand([batch, n_heads, seq, seq_k])
+        });
+        let use_weights =
+            path == Path::Weights || (self.dropout.prob > 0.0 && device.is_autodiff());
+        if !use_weights {
+            let context = attention(
+                q,
+                k,
+                v,
+                padding,
+                bias.map(|b| {
+                    let [b0, b1, _, _] = b.dims();
+                    if b0 == batch && b1 == n_heads {
+                        b
+                    } else {
+                        // The fallback kernels add the bias element by element.
+                        b.expand([batch, n_heads, seq, seq_k])
+                    }
+                }),
+                AttentionModuleOptions {
+                    is_causal: self.causal,
+                    ..Default::default()
+                },
+            );
+            let merged = context.swap_dims(1, 2).reshape([batch, seq, d_model]);
+            return (self.output.forward(merged), None);
+        }
         let mut scores = q
             .matmul(k.swap_dims(2, 3))
-            .div_scalar((d_head as f64).sqrt()); // [batch, n_heads, seq, seq]
-        if let Some(bias) = score_bias {
-            let [b, h, sq, sk] = bias.dims();
-            assert!(
-                (b == 1 || b == batch) && (h == 1 || h == n_heads) && sq == seq && sk == seq,
-                "score bias of shape {:?} does not broadcast to the scores' [batch {batch}, n_heads \
-                 {n_heads}, seq {seq}, seq {seq}]",
-                [b, h, sq, sk]
-            );
+            .div_scalar((d_head as f64).sqrt()); // [batch, n_heads, seq, seq_k]
+        if let Some(bias) = bias {
             scores = scores + bias;
         }
         if self.causal {
-            // true above the diagonal: token i may not see tokens after i.
-            let later = Tensor::<2, Bool>::tril_mask([seq, seq], 0, &scores.device());
+            // true where the key comes after the query: query i (at offset + i) sees keys 0..=offset + i.
+            let later = causal_mask(&device, offset, seq, seq_k);
             scores = scores.mask_fill(
-                later.unsqueeze::<4>().expand([batch, n_heads, seq, seq]),
+                later.unsqueeze::<4>().expand([batch, n_heads, seq, seq_k]),
                 f32::NEG_INFINITY,
             );
         }
-        let weights = softmax(scores, 3);
+        let padded = padding.is_some();
+        if let Some(padding) = padding {
+            scores = scores.mask_fill(padding, f32::NEG_INFINITY);
+        }
+        let mut weights = softmax(scores, 3);
+        if padded {
+            // A query whose keys are all padding: zero attention, as burn's fused attention.
+            weights = weights.clone().mask_fill(weights.is_nan(), 0.0);
+        }
         let context = self.dropout.forward(weights.clone()).matmul(v); // [batch, n_heads, seq, d_head]
         let merged = context.swap_dims(1, 2).reshape([batch, seq, d_model]);
-        (self.output.forward(merged), weights)
+        (self.output.forward(merged), Some(weights))
+    }
+}
+
+/// `[seq_q, seq_k]`, true where key `j` comes after query `offset + i`; cached by shape.
+fn causal_mask(device: &Device, offset: usize, seq_q: usize, seq_k: usize) -> Tensor<2, Bool> {
+    let cache: ShapeCache<Tensor<2, Bool>> = cache::shared("causal".into());
+    // Bool tensors come in the device's bool dtype; the key needs only to be constant.
+    cache.get(device, DType::U8, offset, seq_q, seq_k, |n| {
+        Tensor::<2, Bool>::tril_mask([n, n], 0, device)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(config: SelfAttentionConfig) -> String {
+        config.validate().expect_err("must be refused").to_string()
+    }
+
+    #[test]
+    fn heads_that_do_not_divide_d_model_are_refused_with_the_divisors() {
+        let message = refusal(SelfAttentionConfig::new(512, 12));
+        assert!(message.contains("12 (with d_model = 512)"), "{message}");
+        assert!(message.contains("1, 2, 4, 8, 16, 32, 64"), "{message}");
+        assert!(refusal(SelfAttentionConfig::new(16, 0)).contains("n_heads"));
+        assert!(refusal(SelfAttentionConfig::new(0, 4)).contains("d_model = 0"));
+    }
+
+    #[test]
+    fn parts_built_for_another_block_are_refused_at_init() {
+        let alibi = SelfAttentionConfig::new(32, 4)
+            .with_score_bias(Some(ScoreBiasConfig::Alibi(AlibiConfig::new(8))));
+        let message = refusal(alibi);
+        assert!(
+            message.contains("`AlibiConfig` has n_heads = 8")
+                && message.contains("block has n_heads = 4"),
+            "{message}"
+        );
+        let t5 = SelfAttentionConfig::new(32, 4)
+            .with_score_bias(Some(ScoreBiasConfig::T5(T5BiasConfig::new(2))));
+        assert!(refusal(t5).contains("`T5BiasConfig` has n_heads = 2"));
+        let rope = SelfAttentionConfig::new(32, 4).with_rope(Some(RopeConfig::new(16)));
+        let message = refusal(rope);
+        assert!(
+            message.contains("d_head = 16") && message.contains("d_head = 8"),
+            "{message}"
+        );
+        let odd = SelfAttentionConfig::new(36, 4).with_rotary();
+        assert!(refusal(odd).contains("rotary_dims is 9"));
+        let dropout = SelfAttentionConfig::new(32, 4).with_dropout(1.0);
+        assert!(refusal(dropout).contains("dropout"));
+        let buckets = SelfAttentionConfig::new(32, 4).with_score_bias(Some(ScoreBiasConfig::T5(
+            T5BiasConfig::new(4).with_num_buckets(2),
+        )));
+        assert!(refusal(buckets).contains("num_buckets"));
+    }
+
+    #[test]
+    fn parts_sized_from_the_block_fit_it() {
+        let base = SelfAttentionConfig::new(48, 6);
+        for config in [
+            base.clone().with_rotary(),
+            base.clone().with_alibi(AlibiDirection::Causal),
+            base.clone().with_causal(true).with_t5(),
+        ] {
+            config.validate().expect("sized from the block");
+        }
+        let t5 = base.with_causal(true).with_t5();
+        assert!(matches!(
+            t5.score_bias,
+            Some(ScoreBiasConfig::T5(T5BiasConfig {
+                n_heads: 6,
+                bidirectional: false,
+                ..
+            }))
+        ));
     }
 }

@@ -164,6 +164,23 @@ pub enum PositionError {
         fix: String,
     },
 
+    /// A position part of an attention block was built for another block shape.
+    #[error(
+        "`{part}` has {field} = {value}, but the attention block has {field} = {block}. Fix: {fix}"
+    )]
+    PartDoesNotFitBlock {
+        /// The part's config (`RopeConfig`, `AlibiConfig`, `T5BiasConfig`).
+        part: &'static str,
+        /// The field that disagrees.
+        field: &'static str,
+        /// The part's value.
+        value: usize,
+        /// The block's value.
+        block: usize,
+        /// What to change.
+        fix: &'static str,
+    },
+
     /// A saved record could not be read (missing file, truncated or corrupt bytes).
     #[error(
         "cannot read the record {path}: {detail}. Fix: check the path, and re-save the module \

@@ -22,6 +22,7 @@
 
 mod alibi;
 mod attention;
+mod cache;
 mod embedding;
 mod error;
 mod learned;
@@ -33,10 +34,14 @@ mod t5_bias;
 
 pub use alibi::{Alibi, AlibiConfig, AlibiDirection, alibi_slopes};
 pub use attention::{
-    AttentionOutput, ScoreBias, ScoreBiasConfig, SelfAttention, SelfAttentionConfig,
+    AttentionInput, AttentionOutput, KvCache, ScoreBias, ScoreBiasConfig, SelfAttention,
+    SelfAttentionConfig, padding_mask,
 };
 /// The fused forward ([`EmbeddingWithPosition`]'s default path), for direct use.
 pub use burn_positional_kernels as kernels;
+pub use cache::CACHED_SQUARES;
+#[doc(hidden)]
+pub use cache::shape_cache_builds;
 pub use embedding::{
     Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, check_token_ids, read_record,
 };

@@ -18,8 +18,10 @@
 //! `rotary_dims` dimensions of each head and passes the rest through. Angles are computed in
 //! f64 and rounded once, so there is no length limit and far positions stay accurate.
 
+use std::sync::{Arc, Mutex};
+
 use burn::config::Config;
-use burn::module::Module;
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::PositionError;
@@ -64,6 +66,7 @@ pub struct RopeConfig {
 /// assert_eq!(rope.apply(q, 100_000).dims(), [2, 4, 10, 16]);
 /// ```
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct Rope {
     /// `[cache_len, rotary_dims / 2]` cosines of the angles.
     pub cos: Tensor<2>,
@@ -78,6 +81,45 @@ pub struct Rope {
     /// Pairing of dimensions.
     #[module(skip)]
     pub layout: RopeLayout,
+    /// Angles past `cache_len`, grown on demand and shared by clones.
+    #[module(skip)]
+    grown: GrownAngles,
+}
+
+impl ModuleDisplay for Rope {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        let [cache_len, _] = self.cos.dims();
+        content
+            .add("d_head", &self.d_head)
+            .add("rotary_dims", &self.rotary_dims)
+            .add("base", &self.base)
+            .add("layout", &format!("{:?}", self.layout))
+            .add("cache_len", &cache_len)
+            .optional()
+    }
+}
+
+/// Angle tables longer than the precomputed ones: `(cos, sin)`, each `[rows, rotary_dims / 2]`.
+/// Grown by doubling when a sequence walks past them (cached decoding), so the host computes
+/// each row once, not once per step.
+#[derive(Clone, Default)]
+struct GrownAngles(Arc<Mutex<Option<(Tensor<2>, Tensor<2>)>>>);
+
+impl core::fmt::Debug for GrownAngles {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let rows = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|t| t.as_ref().map(|(cos, _)| cos.dims()[0]));
+        write!(f, "GrownAngles({rows:?})")
+    }
 }
 
 /// `cos` and `sin` of `p * base^(-2j / rotary_dims)`, row-major `[positions, rotary_dims / 2]`,
@@ -140,31 +182,59 @@ impl RopeConfig {
             rotary_dims,
             base: self.base,
             layout: self.layout,
+            grown: GrownAngles::default(),
         }
     }
 }
 
 impl Rope {
     /// `cos` and `sin` for positions `offset..offset + seq`, each `[seq, rotary_dims / 2]`.
+    ///
+    /// Within `cache_len`: slices of the precomputed tables. Past it, from a grown table when
+    /// the sequence walks on from what is there (doubled, so decoding token by token computes
+    /// each row once); a far jump is computed for its window alone.
     fn angles(&self, offset: usize, seq: usize) -> (Tensor<2>, Tensor<2>) {
         let [cache_len, half] = self.cos.dims();
-        if offset + seq <= cache_len {
-            let rows = [offset..offset + seq, 0..half];
+        let end = offset + seq;
+        let rows = [offset..end, 0..half];
+        if end <= cache_len {
             return (
                 self.cos.clone().slice(rows.clone()),
                 self.sin.clone().slice(rows),
             );
         }
-        let (cos, sin) = rope_angles(
-            offset as u64..(offset + seq) as u64,
-            self.rotary_dims,
-            self.base,
-        );
         let device = self.cos.device();
-        (
-            Tensor::from_data(TensorData::new(cos, [seq, half]), &device),
-            Tensor::from_data(TensorData::new(sin, [seq, half]), &device),
-        )
+        let upload = |range: std::ops::Range<usize>| {
+            let (cos, sin) = rope_angles(
+                range.start as u64..range.end as u64,
+                self.rotary_dims,
+                self.base,
+            );
+            let shape = [range.len(), half];
+            (
+                Tensor::<2>::from_data(TensorData::new(cos, shape), &device),
+                Tensor::<2>::from_data(TensorData::new(sin, shape), &device),
+            )
+        };
+        let mut grown = self.grown.0.lock().unwrap_or_else(|e| e.into_inner());
+        let current = match grown.as_ref() {
+            Some((cos, _))
+                if cos.device() == device && cos.device().is_autodiff() == device.is_autodiff() =>
+            {
+                cos.dims()[0]
+            }
+            _ => cache_len,
+        };
+        if end > current {
+            if end > 2 * current.max(1) {
+                // A jump far past the tables: compute this window only.
+                drop(grown);
+                return upload(offset..end);
+            }
+            *grown = Some(upload(0..2 * current.max(1)));
+        }
+        let (cos, sin) = grown.as_ref().expect("grown above");
+        (cos.clone().slice(rows.clone()), sin.clone().slice(rows))
     }
 
     /// Rotates queries or keys whose first token sits at position `offset`.
@@ -186,6 +256,12 @@ impl Rope {
         );
         let (rot, half) = (self.rotary_dims, self.rotary_dims / 2);
         let (cos, sin) = self.angles(offset, seq);
+        // The tables are f32; rotate in the dtype of x (f16, bf16 models).
+        let (cos, sin) = if cos.dtype() == x.dtype() {
+            (cos, sin)
+        } else {
+            (cos.cast(x.dtype()), sin.cast(x.dtype()))
+        };
         // [seq, half] -> [1, 1, seq, half], broadcast over batch and heads.
         let (cos, sin) = (cos.unsqueeze::<4>(), sin.unsqueeze::<4>());
         let rotated = x.clone().slice([0..batch, 0..n_heads, 0..seq, 0..rot]);

@@ -6,10 +6,12 @@
 //! bias once and passing it to every block.
 
 use burn::config::Config;
-use burn::module::{Module, Param};
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay, Param};
 use burn::nn::Initializer;
-use burn::tensor::module::embedding;
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
+
+use crate::PositionError;
+use crate::cache::{self, ShapeCache};
 
 /// Configuration of [`T5Bias`].
 #[derive(Config, Debug, PartialEq)]
@@ -33,6 +35,9 @@ pub struct T5BiasConfig {
 
 /// T5's bucketed relative bias. Built by [`T5BiasConfig::init`].
 ///
+/// Bucket ids are computed on the device and cached by shape (shared by every `T5Bias` of an
+/// equal config); each call gathers the learned scalars for them, so gradients reach the table.
+///
 /// ```
 /// use burn::prelude::*;
 /// use burn_positional_layer::T5BiasConfig;
@@ -42,6 +47,7 @@ pub struct T5BiasConfig {
 /// assert_eq!(t5.bias(0, 6, 6).dims(), [1, 8, 6, 6]); // [1, n_heads, seq_q, seq_k]
 /// ```
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct T5Bias {
     /// `[num_buckets, n_heads]`, trained and saved.
     pub table: Param<Tensor<2>>,
@@ -49,6 +55,32 @@ pub struct T5Bias {
     pub max_distance: usize,
     /// Encoder or decoder style.
     pub bidirectional: bool,
+}
+
+impl ModuleDisplay for T5Bias {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        let [num_buckets, n_heads] = self.table.shape().dims();
+        content
+            .add("n_heads", &n_heads)
+            .add("num_buckets", &num_buckets)
+            .add("max_distance", &self.max_distance)
+            .add("bidirectional", &self.bidirectional)
+            .optional()
+    }
+}
+
+fn bucket_cache(
+    num_buckets: usize,
+    max_distance: usize,
+    bidirectional: bool,
+) -> ShapeCache<Tensor<2, Int>> {
+    cache::shared(format!("t5/{num_buckets}/{max_distance}/{bidirectional}"))
 }
 
 /// T5's bucket of `relative_position = key_position - query_position`, transcribed from
@@ -83,24 +115,49 @@ pub fn t5_bucket(
 }
 
 impl T5BiasConfig {
+    /// Checks the config: at least one head, at least 4 buckets (two halves of at least two
+    /// for the bidirectional case), and `max_distance` past the exact range.
+    pub fn validate(&self) -> Result<(), PositionError> {
+        if self.n_heads == 0 {
+            return Err(PositionError::InvalidConfig {
+                field: "T5BiasConfig::n_heads",
+                value: "0".into(),
+                rule: "the table has one column per head, so it needs at least one head",
+                fix: "set n_heads to the attention block's number of heads".into(),
+            });
+        }
+        if self.num_buckets < 4 {
+            return Err(PositionError::InvalidConfig {
+                field: "T5BiasConfig::num_buckets",
+                value: self.num_buckets.to_string(),
+                rule: "T5 splits the buckets into halves, each with exact and log-spaced buckets",
+                fix: "use at least 4 buckets (T5 uses 32)".into(),
+            });
+        }
+        if self.max_distance <= self.num_buckets / 2 {
+            return Err(PositionError::InvalidConfig {
+                field: "T5BiasConfig::max_distance",
+                value: self.max_distance.to_string(),
+                rule: "it must exceed num_buckets / 2, where the log-spaced buckets begin",
+                fix: format!(
+                    "set max_distance above {} (T5 uses 128 with 32 buckets)",
+                    self.num_buckets / 2
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Builds the table.
     ///
     /// # Panics
     ///
-    /// If `num_buckets` is below 4 (two halves of at least two buckets for the bidirectional
-    /// case) or `max_distance` does not exceed the exact range.
+    /// If [`validate`](Self::validate) fails: no heads, fewer than 4 buckets, or `max_distance`
+    /// within the exact range.
     pub fn init(&self, device: &Device) -> T5Bias {
-        assert!(
-            self.num_buckets >= 4,
-            "num_buckets ({}) must be at least 4",
-            self.num_buckets
-        );
-        assert!(
-            self.max_distance > self.num_buckets / 2,
-            "max_distance ({}) must exceed num_buckets / 2 ({})",
-            self.max_distance,
-            self.num_buckets / 2
-        );
+        if let Err(err) = self.validate() {
+            panic!("{err}");
+        }
         T5Bias {
             table: self
                 .initializer
@@ -113,30 +170,67 @@ impl T5BiasConfig {
 
 impl T5Bias {
     /// Bucket ids `[seq_q, seq_k]` for queries at `offset..offset + seq_q` and keys at `0..seq_k`.
+    ///
+    /// Computed on the device and cached: `key - query` from `arange`, clamped to
+    /// `±max_distance` (every farther distance is in the last bucket of its side), and looked up
+    /// in the `2 * max_distance + 1` buckets [`t5_bucket`] gives for those distances. The lookup
+    /// is exact by construction: the device never evaluates the log itself.
     pub fn buckets(&self, offset: usize, seq_q: usize, seq_k: usize) -> Tensor<2, Int> {
+        let device = self.table.device();
+        if seq_q == 0 || seq_k == 0 {
+            return Tensor::zeros(Shape::new([seq_q, seq_k]), &device);
+        }
+        // One cache per bucketing, found by value, so it survives record loads and device moves.
         let [num_buckets, _] = self.table.shape().dims();
-        let ids: Vec<i64> = (offset..offset + seq_q)
-            .flat_map(|i| (0..seq_k).map(move |j| j as i64 - i as i64))
+        let cache = bucket_cache(num_buckets, self.max_distance, self.bidirectional);
+        // Int tensors come in the device's int dtype; the key needs only to be constant.
+        cache.get(&device, DType::I64, offset, seq_q, seq_k, |n| {
+            self.build_buckets(n, num_buckets)
+        })
+    }
+
+    /// Bucket ids for queries and keys at `0..n`.
+    fn build_buckets(&self, n: usize, num_buckets: usize) -> Tensor<2, Int> {
+        let device = self.table.device();
+        let reach = self.max_distance as i64;
+        let lookup: Vec<i64> = (-reach..=reach)
             .map(|rel| t5_bucket(rel, self.bidirectional, num_buckets, self.max_distance) as i64)
             .collect();
-        Tensor::from_data(TensorData::new(ids, [seq_q, seq_k]), &self.table.device())
+        let lookup =
+            Tensor::<1, Int>::from_data(TensorData::new(lookup, [2 * reach as usize + 1]), &device);
+        let index = Tensor::<1, Int>::arange(0..n as i64, &device);
+        // key - query, clamped to the lookup's range and shifted to index it.
+        let relative = (index.clone().reshape([1, n]) - index.reshape([n, 1]))
+            .clamp(-reach, reach)
+            .add_scalar(reach);
+        lookup.select(0, relative.reshape([n * n])).reshape([n, n])
     }
 
     /// The score bias for queries at positions `offset..offset + seq_q` against keys at
     /// `0..seq_k`; gradients flow into the table. No length limit: far distances share the
     /// last bucket.
     ///
+    /// Per call: one gather of `n_heads * seq_q * seq_k` scalars from the table, at cached
+    /// bucket ids. Share it across blocks (T5 does) by calling it once and passing the result
+    /// to each block.
+    ///
     /// # Shapes
     ///
     /// - output: `[1, n_heads, seq_q, seq_k]`
     pub fn bias(&self, offset: usize, seq_q: usize, seq_k: usize) -> Tensor<4> {
-        let buckets = self.buckets(offset, seq_q, seq_k); // [seq_q, seq_k]
-        // Gather one row of head scalars per (query, key): [1, seq_q * seq_k, n_heads].
-        let flat = buckets.reshape([1, seq_q * seq_k]);
         let [_, n_heads] = self.table.shape().dims();
-        embedding(self.table.val(), flat)
-            .reshape([seq_q, seq_k, n_heads])
-            .permute([2, 0, 1])
-            .unsqueeze::<4>()
+        let table = self.table.val();
+        if seq_q == 0 || seq_k == 0 {
+            return Tensor::zeros(
+                Shape::new([1, n_heads, seq_q, seq_k]),
+                (&table.device(), table.dtype()),
+            );
+        }
+        let buckets = self.buckets(offset, seq_q, seq_k).reshape([seq_q * seq_k]);
+        // [n_heads, num_buckets] gathered along the buckets: [n_heads, seq_q * seq_k].
+        table
+            .transpose()
+            .select(1, buckets)
+            .reshape([1, n_heads, seq_q, seq_k])
     }
 }
