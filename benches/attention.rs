@@ -8,8 +8,8 @@
 //!   attention, feed-forward: the same work as our block);
 //! - `old_alibi`, `old_t5` (seq 2048 only): the block as it was before device biases, the bias
 //!   built on the host and uploaded in every call, the scores spelled out (`forward_with`);
-//! - `weights_alibi`, `weights_t5` (seq 2048 only): today's cached device bias with the scores
-//!   spelled out, which separates the two changes.
+//! - `weights_none`, `weights_alibi`, `weights_t5` (seq 2048 only): the scores spelled out
+//!   (`forward_with`), with today's cached device bias, which separates the two changes.
 //!
 //! `forward_backward` runs the same on the autodiff device (the sum of the output, backward).
 //! Every timed closure ends with `device.sync()`. Throughput is tokens (`batch * seq`).

@@ -691,15 +691,10 @@ impl SelfAttention {
                 k,
                 v,
                 padding,
-                bias.map(|b| {
-                    let [b0, b1, _, _] = b.dims();
-                    if b0 == batch && b1 == n_heads {
-                        b
-                    } else {
-                        // The fallback kernels add the bias element by element.
-                        b.expand([batch, n_heads, seq, seq_k])
-                    }
-                }),
+                // Passed as it is, `[1 or batch, 1 or n_heads, ..]`: flex steps over the
+                // broadcast dimensions without copying, the other backends add with broadcasting.
+                // Expanding it here would make flex materialize `batch` copies per call.
+                bias,
                 AttentionModuleOptions {
                     is_causal: self.causal,
                     ..Default::default()
