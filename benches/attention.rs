@@ -160,6 +160,9 @@ fn entries(c: &mut Criterion, group_name: &str, device: &Device, backward: bool)
                     .forward_with(x.clone(), Some(old_t5_bias(&t5, seq, device)))
                     .output
             });
+            run("weights_none", &|| {
+                ours.none.forward_with(x.clone(), None).output
+            });
             run("weights_alibi", &|| {
                 ours.alibi.forward_with(x.clone(), None).output
             });

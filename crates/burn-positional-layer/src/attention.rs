@@ -23,7 +23,9 @@
 //!   [`attention`](burn::tensor::module::attention) (flash kernels on flex and the Cube backends)
 //!   with the score bias and masks passed in; [`forward_with`](SelfAttention::forward_with) spells
 //!   the scores out and returns the weights too, for pictures and probes. The two agree to float
-//!   tolerance.
+//!   tolerance. On an autodiff device `forward` spells the scores out as well: burn 0.22.1 has no
+//!   fused attention with a backward (its `attention` there is a fallback of separate ops, which
+//!   measured slower in training), and dropout on the weights needs them.
 //! - Score biases and masks that depend only on shapes are built on the device and cached (see
 //!   [`Alibi::bias`](crate::Alibi::bias), [`T5Bias::buckets`](crate::T5Bias::buckets)).
 //! - Padded keys are kept out of attention by a key padding mask ([`AttentionInput::key_padding`],
@@ -503,8 +505,9 @@ impl SelfAttention {
     }
 
     /// Applies the block to `input` (tokens, key padding, an outside score bias) with burn's
-    /// fused attention. While training with dropout, the weights are spelled out so that they
-    /// can be dropped (burn's fused attention has no dropout).
+    /// fused attention. On an autodiff device the scores are spelled out instead: burn has no
+    /// fused attention with a backward, its fallback measured slower, and dropout on the
+    /// weights needs them.
     ///
     /// # Shapes
     ///
@@ -683,8 +686,10 @@ impl SelfAttention {
             mask.reshape([batch, 1, 1, seq_k])
                 .expand([batch, n_heads, seq, seq_k])
         });
-        let use_weights =
-            path == Path::Weights || (self.dropout.prob > 0.0 && device.is_autodiff());
+        // On an autodiff device burn 0.22.1 has no fused attention: its `attention` is the
+        // fallback spelled out in separate ops with two extra clamps, which measured slower
+        // in forward plus backward than the scores spelled out here (see the README's bench).
+        let use_weights = path == Path::Weights || device.is_autodiff();
         if !use_weights {
             let context = attention(
                 q,
