@@ -263,7 +263,9 @@ pub fn closest_combination(tokens: &[Vec<f32>], positions: &[Vec<f32>]) -> Colli
         results
             .iter()
             .map(which)
-            .min_by(|a, b| a.0.total_cmp(&b.0))
+            // Ties broken by the pair, not by which worker found it (workers take blocks in
+            // whatever order they get to them), so the same input names the same pair.
+            .min_by(|a, b| a.0.total_cmp(&b.0).then((a.1, a.2).cmp(&(b.1, b.2))))
             .expect("at least one worker")
     };
     let exact = |i: usize, j: usize| {
