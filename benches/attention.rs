@@ -24,7 +24,7 @@ use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::module::embedding;
-use burn_positional::device::{DeviceChoice, open};
+use burn_positional_examples::device::{DeviceChoice, open};
 use burn_positional::{
     AlibiDirection, SelfAttention, SelfAttentionConfig, T5Bias, alibi_slopes, t5_bucket,
 };

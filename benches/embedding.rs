@@ -30,7 +30,7 @@
 use burn::nn::{EmbeddingConfig, PositionalEncodingConfig};
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use burn_positional::device::{DeviceChoice, open};
+use burn_positional_examples::device::{DeviceChoice, open};
 use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig, Positions};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::OnceLock;

@@ -16,11 +16,11 @@ use std::time::Instant;
 
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
-use burn_positional::classifier::{SequenceClassifier, SequenceClassifierConfig};
-use burn_positional::device::{DeviceChoice, open_or_cpu};
-use burn_positional::encoder::EncoderConfig;
-use burn_positional::schemes::{Scheme, SchemeParts};
-use burn_positional::who_bites_whom::{self, NOUNS, token_id, vocabulary};
+use burn_positional_examples::classifier::{SequenceClassifier, SequenceClassifierConfig};
+use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
+use burn_positional_examples::encoder::EncoderConfig;
+use burn_positional_examples::schemes::{Scheme, SchemeParts};
+use burn_positional_examples::who_bites_whom::{self, NOUNS, token_id, vocabulary};
 use burn_positional::{EmbeddingWithPositionConfig, PositionSchemeConfig, SelfAttentionConfig};
 use burn_positional_plots::{Heatmap, draw_heatmaps};
 use clap::Parser;

@@ -13,15 +13,15 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::prelude::*;
-use burn_positional::copy_back::CopyBackConfig;
-use burn_positional::device::{DeviceChoice, open, open_or_cpu};
-use burn_positional::encoder::EncoderConfig;
-use burn_positional::properties::{
+use burn_positional_examples::copy_back::CopyBackConfig;
+use burn_positional_examples::device::{DeviceChoice, open, open_or_cpu};
+use burn_positional_examples::encoder::EncoderConfig;
+use burn_positional_examples::properties::{
     self, PropertiesConfig, PropertyRow, SchemeProbe, closest_combination, number,
 };
-use burn_positional::schemes::Scheme;
-use burn_positional::tagger::{TokenTagger, TokenTaggerConfig};
-use burn_positional::training::{self, Metrics, TrainingConfig, TrainingError};
+use burn_positional_examples::schemes::Scheme;
+use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
+use burn_positional_examples::training::{self, Metrics, TrainingConfig, TrainingError};
 use burn_positional::{Combine, PositionSchemeConfig, sinusoid_rows};
 use burn_positional_analysis as analysis;
 use burn_positional_plots::{Chart, Heatmap, Series, draw_charts, draw_heatmaps};

@@ -23,8 +23,8 @@ pub struct SequenceClassifierConfig {
 /// ```
 /// use burn::prelude::*;
 /// use burn_positional::SinusoidalConfig;
-/// use burn_positional::classifier::SequenceClassifierConfig;
-/// use burn_positional::encoder::EncoderConfig;
+/// use burn_positional_examples::classifier::SequenceClassifierConfig;
+/// use burn_positional_examples::encoder::EncoderConfig;
 ///
 /// let device = Device::flex();
 /// let encoder = EncoderConfig::new(14, SinusoidalConfig::new().into()).with_d_model(32);

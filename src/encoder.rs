@@ -45,7 +45,7 @@ pub struct EncoderConfig {
 /// ```
 /// use burn::prelude::*;
 /// use burn_positional::SinusoidalConfig;
-/// use burn_positional::encoder::EncoderConfig;
+/// use burn_positional_examples::encoder::EncoderConfig;
 ///
 /// let device = Device::flex();
 /// let encoder = EncoderConfig::new(16, SinusoidalConfig::new().into()).with_d_model(32).init(&device);

@@ -1,7 +1,11 @@
-//! The positional layer of a transformer for burn. This facade re-exports
-//! [`burn_positional_layer`] and adds what the examples share: [`device`] (choosing a device by
-//! name), [`who_bites_whom`] (a task only order can solve) [`classifier`] (a tiny model for
-//! it), and the training example's task, model and loop: [`copy_back`], [`tagger`], [`training`].
+//! What the examples, benches and tests of `burn-positional` share (not published): choosing a
+//! device by name ([`device`]), every scheme by name ([`schemes`]), a task only order can
+//! solve ([`who_bites_whom`]) and a tiny model for it ([`classifier`]), the body both models
+//! share ([`encoder`]), the training example's task, model and loop ([`copy_back`],
+//! [`tagger`], [`training`]), and the measured properties ([`properties`]).
+//!
+//! The library itself is the `burn-positional` crate; these modules use it exactly as a user's
+//! crate would.
 
 pub mod classifier;
 pub mod copy_back;
@@ -13,4 +17,11 @@ pub mod tagger;
 pub mod training;
 pub mod who_bites_whom;
 
-pub use burn_positional_layer::*;
+// The library's items, for the modules above (`crate::EmbeddingWithPosition`, ...).
+use burn_positional::*;
+
+/// The README's Rust blocks, compiled and run as doc-tests: a snippet that stops compiling or
+/// panics fails `cargo test`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -18,8 +18,8 @@ pub struct TokenTaggerConfig {
 /// ```
 /// use burn::prelude::*;
 /// use burn_positional::LearnedConfig;
-/// use burn_positional::encoder::EncoderConfig;
-/// use burn_positional::tagger::TokenTaggerConfig;
+/// use burn_positional_examples::encoder::EncoderConfig;
+/// use burn_positional_examples::tagger::TokenTaggerConfig;
 ///
 /// let device = Device::flex();
 /// let encoder = EncoderConfig::new(16, LearnedConfig::new(32).into()).with_d_model(32);

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use burn_positional::device::{DeviceChoice, open};
+use burn_positional_examples::device::{DeviceChoice, open};
 use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig, Positions};
 
 /// Queues `n` dependent 512 x 512 matrix products (and keeps the result alive).

@@ -3,7 +3,7 @@
 use std::sync::OnceLock;
 
 use burn::tensor::Device;
-use burn_positional::device::{DeviceChoice, open};
+use burn_positional_examples::device::{DeviceChoice, open};
 
 /// The wgpu device, opened once per test binary. Panics, never skips, when wgpu has no adapter.
 pub fn wgpu() -> Device {

@@ -2,10 +2,10 @@
 //! the math says it must for the schemes where the math is known.
 
 use burn::prelude::*;
-use burn_positional::properties::{PropertiesConfig, SchemeProbe, closest_combination, measure};
-use burn_positional::schemes::Scheme;
+use burn_positional_examples::properties::{PropertiesConfig, SchemeProbe, closest_combination, measure};
+use burn_positional_examples::schemes::Scheme;
 
-fn row(scheme: Scheme, device: &Device) -> burn_positional::properties::PropertyRow {
+fn row(scheme: Scheme, device: &Device) -> burn_positional_examples::properties::PropertyRow {
     let probe = SchemeProbe::init(scheme, &PropertiesConfig::new(), device);
     measure(&probe, &[]).unwrap_or_else(|e| panic!("{scheme}: {e}"))
 }

@@ -3,10 +3,10 @@
 
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
-use burn_positional::copy_back::CopyBackConfig;
-use burn_positional::encoder::EncoderConfig;
-use burn_positional::tagger::{TokenTagger, TokenTaggerConfig};
-use burn_positional::training::{self, TrainingConfig};
+use burn_positional_examples::copy_back::CopyBackConfig;
+use burn_positional_examples::encoder::EncoderConfig;
+use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
+use burn_positional_examples::training::{self, TrainingConfig};
 use burn_positional::{AbsolutePosition, LearnedConfig, LearnedInit, SinusoidalConfig};
 
 fn tiny_config() -> TrainingConfig {

@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use burn::backend::Dispatch;
+use burn::backend::{Dispatch, DispatchDevice};
 use burn::tensor::{Device, Int, Tensor};
 
 use crate::PositionalKernels;
@@ -333,8 +333,9 @@ pub fn fused_embedding(
         table,
         options,
         |tokens, ids, positions, table, args| {
-            let Some(table) = table else {
-                return run_reference(tokens, ids, positions, None, &args);
+            let table = match table {
+                Some(table) if fused_covers(&tokens.device()) => table,
+                table => return run_reference(tokens, ids, positions, table, &args),
             };
             FUSED_CALLS.with(|calls| calls.set(calls.get() + 1));
             let (output, codes) = <Dispatch as PositionalKernels>::fused_embedding(
@@ -347,6 +348,34 @@ pub fn fused_embedding(
             (Tensor::from_dispatch(output), Tensor::from_dispatch(codes))
         },
     )
+}
+
+/// Whether [`fused_embedding`] runs the fused implementation on `device`: this crate was built
+/// with the device's backend feature (`flex`, `ndarray`, `wgpu` or `cuda`; every CubeCL runtime
+/// counts as `wgpu`/`cuda`'s) and, for an autodiff device, with `autodiff`. On any other device
+/// (a backend the features leave out, or one burn adds that this crate does not know)
+/// [`fused_embedding`] takes the reference path instead: the same outputs, status and errors
+/// from plain burn tensor ops, never a panic.
+///
+/// ```
+/// use burn::prelude::*;
+///
+/// assert!(burn_positional_kernels::fused_covers(&Device::flex())); // the default features
+/// ```
+pub fn fused_covers(device: &Device) -> bool {
+    if device.is_autodiff() && !cfg!(feature = "autodiff") {
+        return false;
+    }
+    #[allow(unreachable_patterns)]
+    match device.as_dispatch().clone().inner() {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        DispatchDevice::Cube(_) => true,
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(_) => true,
+        #[cfg(feature = "ndarray")]
+        DispatchDevice::NdArray(_) => true,
+        _ => false,
+    }
 }
 
 /// What both entry points share: the host checks, the positions argument, and the status that

@@ -4,7 +4,9 @@
 #![allow(deprecated)]
 
 use crate::options::KernelArgs;
-use crate::{options, reference};
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+use crate::options;
+use crate::reference;
 use burn::backend::{
     Backend, backend_extension,
     tensor::{FloatTensor, IntTensor},
@@ -33,10 +35,34 @@ use burn::backend::{
 /// # Panics
 ///
 /// On inconsistent shapes or dtypes (see [`options::check`]).
-#[backend_extension(Cube, Flex, NdArray, Fusion, Autodiff)]
-pub trait PositionalKernels: Backend {
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[backend_extension(
+    Cube,
+    Flex: cfg(feature = "flex"),
+    NdArray: cfg(feature = "ndarray"),
+    Fusion,
+    Autodiff: cfg(feature = "autodiff")
+)]
+pub(crate) trait PositionalKernels: Backend {
     /// Token row (scaled, padding zeroed) combined with a row of the position table.
     #[fusion(meta = options::meta)]
+    fn fused_embedding(
+        tokens: FloatTensor<Self>,
+        ids: IntTensor<Self>,
+        positions: IntTensor<Self>,
+        table: FloatTensor<Self>,
+        args: KernelArgs,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        reference::fused_embedding::<Self>(tokens, ids, positions, Some(table), &args)
+    }
+}
+
+// Without a Cube backend there is no `Fusion` wrapper to generate (and `#[fusion]`, which the
+// macro reads before `cfg_attr` expands, cannot be switched off): the same trait, CPU selectors.
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+#[backend_extension(Flex: cfg(feature = "flex"), NdArray: cfg(feature = "ndarray"), Autodiff: cfg(feature = "autodiff"))]
+pub(crate) trait PositionalKernels: Backend {
+    /// See the Cube-enabled twin above.
     fn fused_embedding(
         tokens: FloatTensor<Self>,
         ids: IntTensor<Self>,

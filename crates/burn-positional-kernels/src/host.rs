@@ -10,10 +10,11 @@ use std::borrow::Cow;
 use std::mem::MaybeUninit;
 
 use burn::backend::{
-    Flex, TensorMetadata,
-    flex::FlexTensor,
+    TensorMetadata,
     tensor::{FloatTensor, IntTensor},
 };
+#[cfg(feature = "flex")]
+use burn::backend::{Flex, flex::FlexTensor};
 use burn::tensor::{DType, TensorData};
 use multiversion::multiversion;
 use rayon::prelude::*;
@@ -258,6 +259,7 @@ pub(crate) trait HostTensors {
     fn from_data(data: TensorData) -> Self::Primitive;
 }
 
+#[cfg(feature = "flex")]
 impl HostTensors for Flex {
     type Primitive = FlexTensor;
 
@@ -283,6 +285,7 @@ impl HostTensors for Flex {
     }
 }
 
+#[cfg(feature = "ndarray")]
 #[allow(deprecated)]
 mod ndarray_io {
     use super::*;
@@ -378,4 +381,5 @@ where
     (B::from_data(output), B::from_data(status))
 }
 
+#[cfg(feature = "flex")]
 host_extension!(Flex);

@@ -29,19 +29,19 @@
 //! own width. Anything else panics with the dtypes in the message.
 
 mod api;
+#[cfg(feature = "autodiff")]
 mod autodiff;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod cube;
 mod extension;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
 mod host;
 mod options;
 mod reference;
 
 pub use api::{
-    FusedEmbeddingError, InputStatus, Positions, fused_calls, fused_embedding, reference_embedding,
+    FusedEmbeddingError, InputStatus, Positions, fused_calls, fused_covers, fused_embedding, reference_embedding,
     try_fused_embedding,
 };
-#[doc(hidden)]
-pub use extension::PositionalKernels;
-#[doc(hidden)]
-pub use options::KernelArgs;
+pub(crate) use extension::PositionalKernels;
 pub use options::{FusedCombine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};

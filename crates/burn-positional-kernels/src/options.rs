@@ -2,6 +2,7 @@
 //! checks, and the output metadata the `Fusion` wrapper needs before the kernel runs.
 
 use burn::backend::TensorMetadata;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::backend::fusion::custom::TensorSpec;
 use burn::tensor::{DType, Shape};
 
@@ -223,7 +224,8 @@ pub(crate) fn check_tensors<F: TensorMetadata, I: TensorMetadata>(
 
 /// Output metadata of the extension method for the `Fusion` wrapper: computed now, on the
 /// calling thread (so bad shapes and dtypes panic here, at the call); the kernel runs later.
-pub fn meta(
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) fn meta(
     tokens: &TensorSpec,
     ids: &TensorSpec,
     positions: &TensorSpec,
