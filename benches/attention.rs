@@ -24,35 +24,16 @@ use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::module::embedding;
-use burn_positional_examples::device::{DeviceChoice, open};
+use burn_positional_examples::device::{DeviceChoice, bench_devices};
 use burn_positional::{
     AlibiDirection, SelfAttention, SelfAttentionConfig, T5Bias, alibi_slopes, t5_bucket,
 };
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// `[batch, seq, d_model, n_heads]`.
 const SHAPES: [[usize; 4]; 2] = [[8, 512, 512, 8], [1, 2048, 512, 8]];
 
-/// The devices named in `BENCH_DEVICES` (flex and wgpu by default), opened once per process.
-fn devices() -> Vec<(DeviceChoice, Device)> {
-    static DEVICES: OnceLock<Vec<(DeviceChoice, Device)>> = OnceLock::new();
-    DEVICES
-        .get_or_init(|| {
-            let names = std::env::var("BENCH_DEVICES").unwrap_or_else(|_| "flex,wgpu".into());
-            names
-                .split(',')
-                .map(|name| {
-                    let choice: DeviceChoice = name.trim().parse().unwrap();
-                    let opened = open(choice).unwrap_or_else(|reason| panic!("{reason}"));
-                    eprintln!("bench device: {}", opened.description);
-                    (choice, opened.device)
-                })
-                .collect()
-        })
-        .clone()
-}
 
 /// The ALiBi bias as the block built it before: distances on the host, uploaded per call.
 fn old_alibi_bias(n_heads: usize, seq: usize, device: &Device) -> Tensor<4> {
@@ -175,13 +156,13 @@ fn entries(c: &mut Criterion, group_name: &str, device: &Device, backward: bool)
 }
 
 fn forward(c: &mut Criterion) {
-    for (choice, device) in devices() {
+    for (choice, device) in bench_devices("flex,wgpu") {
         entries(c, &format!("attention_forward/{choice}"), &device, false);
     }
 }
 
 fn forward_backward(c: &mut Criterion) {
-    for (choice, device) in devices() {
+    for (choice, device) in bench_devices("flex,wgpu") {
         entries(
             c,
             &format!("attention_forward_backward/{choice}"),

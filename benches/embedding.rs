@@ -30,10 +30,9 @@
 use burn::nn::{EmbeddingConfig, PositionalEncodingConfig};
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use burn_positional_examples::device::{DeviceChoice, open};
+use burn_positional_examples::device::{DeviceChoice, bench_devices};
 use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig, Positions};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// `[batch, seq, d_model, vocab]`.
@@ -57,26 +56,6 @@ fn token_ids(batch: usize, seq: usize, vocab: usize, device: &Device) -> Tensor<
     Tensor::from_data(TensorData::new(ids, [batch, seq]), device)
 }
 
-/// The devices named in `BENCH_DEVICES` (all three by default), opened once per process: wgpu
-/// can be initialized only once. A device that cannot be opened fails the bench loudly.
-fn devices() -> Vec<(DeviceChoice, Device)> {
-    static DEVICES: OnceLock<Vec<(DeviceChoice, Device)>> = OnceLock::new();
-    DEVICES
-        .get_or_init(|| {
-            let names =
-                std::env::var("BENCH_DEVICES").unwrap_or_else(|_| "flex,ndarray,wgpu".into());
-            names
-                .split(',')
-                .map(|name| {
-                    let choice: DeviceChoice = name.trim().parse().unwrap();
-                    let opened = open(choice).unwrap_or_else(|reason| panic!("{reason}"));
-                    eprintln!("bench device: {}", opened.description);
-                    (choice, opened.device)
-                })
-                .collect()
-        })
-        .clone()
-}
 
 /// The first `seq` rows of a learned table, `[1, seq, d_model]`, detached.
 fn learned_rows(embed: &burn_positional::EmbeddingWithPosition, seq: usize) -> Tensor<3> {
@@ -93,7 +72,7 @@ fn label([batch, seq, d_model, vocab]: [usize; 4]) -> String {
 }
 
 fn forward(c: &mut Criterion) {
-    for (name, device) in devices() {
+    for (name, device) in bench_devices("flex,ndarray,wgpu") {
         for shape in SHAPES {
             let [batch, seq, d_model, vocab] = shape;
             let mut group = c.benchmark_group(format!("forward/{name}"));
@@ -178,7 +157,7 @@ fn forward(c: &mut Criterion) {
 /// which reads the status back on every call (as `forward` did before).
 fn queued_forward(c: &mut Criterion) {
     const QUEUE: usize = 100;
-    for (name, device) in devices() {
+    for (name, device) in bench_devices("flex,ndarray,wgpu") {
         let [batch, seq, d_model, vocab] = SHAPES[0];
         let mut group = c.benchmark_group(format!("queued_forward/{name}"));
         group.throughput(Throughput::Bytes(
@@ -229,7 +208,7 @@ fn queued_forward(c: &mut Criterion) {
 }
 
 fn forward_backward(c: &mut Criterion) {
-    for (name, device) in devices() {
+    for (name, device) in bench_devices("flex,ndarray,wgpu") {
         let device = device.autodiff();
         for shape in SHAPES {
             let [batch, seq, d_model, vocab] = shape;

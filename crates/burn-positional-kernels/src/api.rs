@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use burn::backend::{Dispatch, DispatchDevice};
+use burn::backend::Dispatch;
 use burn::tensor::{Device, Int, Tensor};
 
 use crate::PositionalKernels;
@@ -369,11 +369,11 @@ pub fn fused_covers(device: &Device) -> bool {
     #[allow(unreachable_patterns)]
     match device.as_dispatch().clone().inner() {
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        DispatchDevice::Cube(_) => true,
+        burn::backend::DispatchDevice::Cube(_) => true,
         #[cfg(feature = "flex")]
-        DispatchDevice::Flex(_) => true,
+        burn::backend::DispatchDevice::Flex(_) => true,
         #[cfg(feature = "ndarray")]
-        DispatchDevice::NdArray(_) => true,
+        burn::backend::DispatchDevice::NdArray(_) => true,
         _ => false,
     }
 }

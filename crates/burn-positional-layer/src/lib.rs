@@ -20,6 +20,8 @@
 //! [`EmbeddingWithPosition::check_inputs`] names them when the caller chooses;
 //! [`EmbeddingWithPosition::try_forward`] checks at once.
 
+#![warn(missing_docs)]
+
 mod alibi;
 mod attention;
 mod cache;

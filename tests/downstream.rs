@@ -1,0 +1,39 @@
+//! Builds and runs `tests/downstream`, a crate outside the workspace that depends on
+//! `burn-positional` as a user's crate does, with only the `flex` feature. A feature gate that
+//! leaves something out, a dev-dependency the library leans on, or a README "In a burn model"
+//! snippet that no longer compiles or runs fails here.
+//!
+//! Its own target directory under this workspace's (`CARGO_TARGET_TMPDIR`), so the build is
+//! incremental across runs and never waits on this run's lock; `--locked`, so its
+//! `Cargo.lock` is the one committed.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn downstream_crate_with_only_flex_builds_and_runs() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/downstream/Cargo.toml");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("downstream");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(&cargo)
+        .args(["run", "--locked", "--quiet", "--manifest-path"])
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cargo}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the downstream crate failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    for line in [
+        "README \"In a burn model\": ran",
+        "uncovered backend (Autodiff<Flex>): same values as the fused path",
+        "uncovered backend: gradients reach the learned table",
+        "uncovered backend: same errors",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
+    }
+}

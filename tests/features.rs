@@ -1,0 +1,40 @@
+//! The published crate type-checks with each backend feature alone and with none, as a user's
+//! build would compile it (this workspace's own build switches every feature on, so a
+//! `#[cfg(feature = ...)]` gate that leaves something out would not show up anywhere else).
+//! `flex` alone is built and run by `tests/downstream.rs`.
+//!
+//! `cuda` is type-checked with `DOCS_RS=1`: cubecl-cuda 0.11.3 builds cubecl-llvm, whose build
+//! script (tracel-llvm-bundler) downloads an LLVM bundle from the network, which a CI machine
+//! that reaches only package registries cannot; it skips the download when `DOCS_RS` is set,
+//! and `cargo check` needs no LLVM. No CUDA toolkit is needed either: nothing is linked.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn published_crate_checks_with_each_backend_feature_alone() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("features");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    for features in ["", "wgpu", "cuda", "ndarray"] {
+        let mut command = Command::new(&cargo);
+        command
+            .args(["check", "--locked", "--quiet", "-p", "burn-positional"])
+            .args(["--no-default-features", "--features", features, "--manifest-path"])
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", &target)
+            // Warnings are errors: an unused import under one feature set is a gate gone wrong.
+            .env("RUSTFLAGS", "-D warnings");
+        if features == "cuda" {
+            command.env("DOCS_RS", "1");
+        }
+        let output = command
+            .output()
+            .unwrap_or_else(|e| panic!("running {cargo}: {e}"));
+        assert!(
+            output.status.success(),
+            "`cargo check -p burn-positional --no-default-features --features {features:?}` failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
