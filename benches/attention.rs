@@ -24,16 +24,15 @@ use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::module::embedding;
-use burn_positional_examples::device::{DeviceChoice, bench_devices};
 use burn_positional::{
     AlibiDirection, SelfAttention, SelfAttentionConfig, T5Bias, alibi_slopes, t5_bucket,
 };
+use burn_positional_examples::device::{DeviceChoice, bench_devices};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::time::Duration;
 
 /// `[batch, seq, d_model, n_heads]`.
 const SHAPES: [[usize; 4]; 2] = [[8, 512, 512, 8], [1, 2048, 512, 8]];
-
 
 /// The ALiBi bias as the block built it before: distances on the host, uploaded per call.
 fn old_alibi_bias(n_heads: usize, seq: usize, device: &Device) -> Tensor<4> {

@@ -30,8 +30,8 @@
 use burn::nn::{EmbeddingConfig, PositionalEncodingConfig};
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use burn_positional_examples::device::{DeviceChoice, bench_devices};
 use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig, Positions};
+use burn_positional_examples::device::{DeviceChoice, bench_devices};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::time::Duration;
 
@@ -55,7 +55,6 @@ fn token_ids(batch: usize, seq: usize, vocab: usize, device: &Device) -> Tensor<
         .collect();
     Tensor::from_data(TensorData::new(ids, [batch, seq]), device)
 }
-
 
 /// The first `seq` rows of a learned table, `[1, seq, d_model]`, detached.
 fn learned_rows(embed: &burn_positional::EmbeddingWithPosition, seq: usize) -> Tensor<3> {

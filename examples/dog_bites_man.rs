@@ -16,12 +16,12 @@ use std::time::Instant;
 
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
+use burn_positional::{EmbeddingWithPositionConfig, PositionSchemeConfig, SelfAttentionConfig};
 use burn_positional_examples::classifier::{SequenceClassifier, SequenceClassifierConfig};
 use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_examples::schemes::{Scheme, SchemeParts};
 use burn_positional_examples::who_bites_whom::{self, NOUNS, token_id, vocabulary};
-use burn_positional::{EmbeddingWithPositionConfig, PositionSchemeConfig, SelfAttentionConfig};
 use burn_positional_plots::{Heatmap, draw_heatmaps};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -185,6 +185,8 @@ fn attention_panels(trained: &Trained, device: &Device) -> Vec<Heatmap> {
 }
 
 fn main() {
+    // SAFETY: first thing in `main`, before any thread starts.
+    unsafe { burn_positional_examples::device::quiet_headless_vulkan() };
     let args = Args::parse();
     let opened = open_or_cpu(args.device);
     let device = &opened.device;

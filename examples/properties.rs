@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::prelude::*;
+use burn_positional::{Combine, PositionSchemeConfig, sinusoid_rows};
+use burn_positional_analysis as analysis;
 use burn_positional_examples::copy_back::CopyBackConfig;
 use burn_positional_examples::device::{DeviceChoice, open, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
@@ -22,8 +24,6 @@ use burn_positional_examples::properties::{
 use burn_positional_examples::schemes::Scheme;
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional_examples::training::{self, Metrics, TrainingConfig, TrainingError};
-use burn_positional::{Combine, PositionSchemeConfig, sinusoid_rows};
-use burn_positional_analysis as analysis;
 use burn_positional_plots::{Chart, Heatmap, Series, draw_charts, draw_heatmaps};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -748,6 +748,8 @@ fn add_vs_concat(args: &Args, device: &Device, main_name: &str) -> Result<(), Tr
 }
 
 fn main() -> Result<(), TrainingError> {
+    // SAFETY: first thing in `main`, before any thread starts.
+    unsafe { burn_positional_examples::device::quiet_headless_vulkan() };
     let args = Args::parse();
     let opened = open_or_cpu(args.device);
     let device = &opened.device;

@@ -13,14 +13,14 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use burn::tensor::FloatDType;
+use burn_positional::{AbsolutePosition, PositionSchemeConfig, SinusoidalConfig};
+use burn_positional_analysis::{cosine_matrix, neighbour_and_far_cosine};
 use burn_positional_examples::copy_back::CopyBackConfig;
 use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_examples::schemes::Scheme;
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional_examples::training::{self, Metrics, TrainingConfig, TrainingError, evaluate};
-use burn_positional::{AbsolutePosition, PositionSchemeConfig, SinusoidalConfig};
-use burn_positional_analysis::{cosine_matrix, neighbour_and_far_cosine};
 use burn_positional_plots::{Heatmap, draw_heatmaps};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -235,6 +235,8 @@ impl From<FloatDtype> for FloatDType {
 }
 
 fn main() -> Result<(), TrainingError> {
+    // SAFETY: first thing in `main`, before any thread starts.
+    unsafe { burn_positional_examples::device::quiet_headless_vulkan() };
     let args = Args::parse();
     let mut opened = open_or_cpu(args.device);
     if args.dtype != FloatDtype::F32 {

@@ -136,8 +136,10 @@ pub fn bench_devices(default: &str) -> Vec<(DeviceChoice, Device)> {
             names
                 .split(',')
                 .map(|name| {
-                    let choice: DeviceChoice =
-                        name.trim().parse().unwrap_or_else(|e: String| panic!("{e}"));
+                    let choice: DeviceChoice = name
+                        .trim()
+                        .parse()
+                        .unwrap_or_else(|e: String| panic!("{e}"));
                     let opened = open(choice).unwrap_or_else(|reason| panic!("{reason}"));
                     eprintln!("bench device: {}", opened.description);
                     (choice, opened.device)
@@ -145,4 +147,29 @@ pub fn bench_devices(default: &str) -> Vec<(DeviceChoice, Device)> {
                 .collect()
         })
         .clone()
+}
+
+/// Keeps Mesa's Vulkan device-selection layer quiet on a machine without a desktop session.
+///
+/// That layer (`VK_LAYER_MESA_device_select`, loaded by the Vulkan loader into every Vulkan
+/// program, wgpu's included) asks a Wayland compositor for the desktop's default GPU; with no
+/// `XDG_RUNTIME_DIR` it prints `error: XDG_RUNTIME_DIR is invalid or not set in the
+/// environment.` once per Vulkan instance, which reads like a failure of ours. The layer only
+/// reorders the GPUs of multi-GPU desktops (wgpu picks its adapter itself), so when there is no
+/// desktop session (neither `XDG_RUNTIME_DIR` nor `WAYLAND_DISPLAY`) this sets
+/// `NODEVICE_SELECT=1`, the layer's documented off switch. A value already set wins.
+/// (`cargo run` and `cargo test` in this repository set it through `.cargo/config.toml`; this
+/// covers the example binaries run directly.)
+///
+/// # Safety
+///
+/// Sets an environment variable: call it first thing in `main`, before any other thread
+/// exists (see [`std::env::set_var`]).
+pub unsafe fn quiet_headless_vulkan() {
+    let headless = std::env::var_os("XDG_RUNTIME_DIR").is_none()
+        && std::env::var_os("WAYLAND_DISPLAY").is_none();
+    if headless && std::env::var_os("NODEVICE_SELECT").is_none() {
+        // SAFETY: the caller guarantees no other thread exists yet.
+        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
+    }
 }

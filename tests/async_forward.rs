@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use burn_positional_examples::device::{DeviceChoice, open};
 use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig, Positions};
+use burn_positional_examples::device::{DeviceChoice, open};
 
 /// Queues `n` dependent 512 x 512 matrix products (and keeps the result alive).
 fn queue_work(device: &Device, n: usize) -> Tensor<2> {

@@ -20,7 +20,12 @@ fn published_crate_checks_with_each_backend_feature_alone() {
         let mut command = Command::new(&cargo);
         command
             .args(["check", "--locked", "--quiet", "-p", "burn-positional"])
-            .args(["--no-default-features", "--features", features, "--manifest-path"])
+            .args([
+                "--no-default-features",
+                "--features",
+                features,
+                "--manifest-path",
+            ])
             .arg(&manifest)
             .env("CARGO_TARGET_DIR", &target)
             // Warnings are errors: an unused import under one feature set is a gate gone wrong.

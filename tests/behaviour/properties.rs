@@ -2,7 +2,9 @@
 //! the math says it must for the schemes where the math is known.
 
 use burn::prelude::*;
-use burn_positional_examples::properties::{PropertiesConfig, SchemeProbe, closest_combination, measure};
+use burn_positional_examples::properties::{
+    PropertiesConfig, SchemeProbe, closest_combination, measure,
+};
 use burn_positional_examples::schemes::Scheme;
 
 fn row(scheme: Scheme, device: &Device) -> burn_positional_examples::properties::PropertyRow {

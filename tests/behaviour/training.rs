@@ -3,11 +3,11 @@
 
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
+use burn_positional::{AbsolutePosition, LearnedConfig, LearnedInit, SinusoidalConfig};
 use burn_positional_examples::copy_back::CopyBackConfig;
 use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional_examples::training::{self, TrainingConfig};
-use burn_positional::{AbsolutePosition, LearnedConfig, LearnedInit, SinusoidalConfig};
 
 fn tiny_config() -> TrainingConfig {
     let task = CopyBackConfig::new()

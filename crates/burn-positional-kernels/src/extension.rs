@@ -5,13 +5,18 @@
 // With no backend feature the generated `Dispatch` method has only its fallback arm, which
 // leaves the arguments unread.
 #![cfg_attr(
-    not(any(feature = "flex", feature = "ndarray", feature = "wgpu", feature = "cuda")),
+    not(any(
+        feature = "flex",
+        feature = "ndarray",
+        feature = "wgpu",
+        feature = "cuda"
+    )),
     allow(unused_variables)
 )]
 
-use crate::options::KernelArgs;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use crate::options;
+use crate::options::KernelArgs;
 use crate::reference;
 use burn::backend::{
     Backend, backend_extension,

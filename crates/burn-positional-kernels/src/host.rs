@@ -9,12 +9,12 @@
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
 
+#[cfg(feature = "flex")]
+use burn::backend::{Flex, flex::FlexTensor};
 use burn::backend::{
     TensorMetadata,
     tensor::{FloatTensor, IntTensor},
 };
-#[cfg(feature = "flex")]
-use burn::backend::{Flex, flex::FlexTensor};
 use burn::tensor::{DType, TensorData};
 use multiversion::multiversion;
 use rayon::prelude::*;

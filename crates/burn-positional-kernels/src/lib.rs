@@ -46,8 +46,8 @@ mod options;
 mod reference;
 
 pub use api::{
-    FusedEmbeddingError, InputStatus, Positions, fused_calls, fused_covers, fused_embedding, reference_embedding,
-    try_fused_embedding,
+    FusedEmbeddingError, InputStatus, Positions, fused_calls, fused_covers, fused_embedding,
+    reference_embedding, try_fused_embedding,
 };
 pub(crate) use extension::PositionalKernels;
 pub use options::{FusedCombine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};

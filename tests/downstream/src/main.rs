@@ -22,13 +22,14 @@ fn main() {
         "without our `autodiff` feature an autodiff device must take the reference path"
     );
 
-    let embed = EmbeddingWithPositionConfig::new(50, 16)
+    // One module on the uncovered device, and its tables on plain flex (covered).
+    let on_uncovered = EmbeddingWithPositionConfig::new(50, 16)
         .with_scheme(LearnedConfig::new(8).into())
         .with_scale_tokens(true)
-        .init(&flex);
+        .init(&uncovered);
+    let embed = on_uncovered.valid();
     let ids = Tensor::<2, Int>::from_data([[1, 2, 3, 4], [5, 6, 7, 0]], &flex);
     let fused = embed.forward(ids.clone());
-    let on_uncovered = embed.clone().fork(&uncovered);
     let reference = on_uncovered.forward(ids.clone().to_device(&uncovered));
     reference
         .clone()
