@@ -43,3 +43,27 @@ fn published_crate_checks_with_each_backend_feature_alone() {
         );
     }
 }
+
+/// `cargo doc --no-deps` of the published crates builds with no warning: every public item
+/// documented (`#![warn(missing_docs)]`), every intra-doc link resolved.
+#[test]
+fn published_docs_build_without_warnings() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(&cargo)
+        .args(["doc", "--locked", "--quiet", "--no-deps", "--manifest-path"])
+        .arg(&manifest)
+        .args(["-p", "burn-positional", "-p", "burn-positional-layer"])
+        .args(["-p", "burn-positional-kernels"])
+        .env("CARGO_TARGET_DIR", &target)
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .env("RUSTFLAGS", "-D warnings")
+        .output()
+        .unwrap_or_else(|e| panic!("running {cargo}: {e}"));
+    assert!(
+        output.status.success(),
+        "`cargo doc --no-deps` of the published crates failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -1,41 +1,4 @@
-//! A small self-attention block: multi-head attention and a feed-forward, each behind a
-//! pre-norm residual (as in GPT-2 and most models since).
-//!
-//! ```text
-//! x = x + Attention(LayerNorm(x))
-//! x = x + FeedForward(LayerNorm(x))
-//! ```
-//!
-//! Without positions and without a causal mask the block is permutation-equivariant:
-//! `Block(P x) = P Block(x)` for any permutation `P` of the sequence, because every part of it
-//! but attention acts on each token alone, and attention's output for a token is a weighted sum
-//! over *all* tokens whose weights depend only on the tokens' contents. Position has to come
-//! from somewhere else: the embedding (sinusoidal, learned), or the scores themselves.
-//!
-//! Schemes that act on attention plug in through parameters: rotary positions on queries and
-//! keys ([`SelfAttentionConfig::rope`]), a score bias the block owns
-//! ([`SelfAttentionConfig::score_bias`]: ALiBi, T5), or a score bias computed outside and passed
-//! to [`forward_with`](SelfAttention::forward_with) (one T5 table shared by every block).
-//!
-//! # As models use it
-//!
-//! - [`forward`](SelfAttention::forward) runs burn's fused
-//!   [`attention`](burn::tensor::module::attention) (flash kernels on flex and the Cube backends)
-//!   with the score bias and masks passed in; [`forward_with`](SelfAttention::forward_with) spells
-//!   the scores out and returns the weights too, for pictures and probes. The two agree to float
-//!   tolerance. On an autodiff device `forward` spells the scores out as well: burn 0.22.1 has no
-//!   fused attention with a backward (its `attention` there is a fallback of separate ops, which
-//!   measured slower in training), and dropout on the weights needs them.
-//! - Score biases and masks that depend only on shapes are built on the device and cached (see
-//!   [`Alibi::bias`](crate::Alibi::bias), [`T5Bias::buckets`](crate::T5Bias::buckets)).
-//! - Padded keys are kept out of attention by a key padding mask ([`AttentionInput::key_padding`],
-//!   [`padding_mask`]), as burn's `MultiHeadAttention` does with `mask_pad`.
-//! - A causal block decodes token by token with a [`KvCache`]
-//!   ([`forward_cached`](SelfAttention::forward_cached)): RoPE rotates at the cached length, ALiBi
-//!   and T5 measure distances from it.
-//!
-//! A causal mask breaks equivariance on its own: token `i` attends to tokens `0..=i`, so moving
-//! a token changes which tokens can see it. The mask is itself a (weak) source of position.
+//! The self-attention block, its inputs, its cache and its score biases.
 
 use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
@@ -163,7 +126,46 @@ fn cast(x: Tensor<4>, dtype: DType) -> Tensor<4> {
     if x.dtype() == dtype { x } else { x.cast(dtype) }
 }
 
-/// A pre-norm self-attention block, see the [module docs](self).
+/// A small self-attention block: multi-head attention and a feed-forward, each behind a
+/// pre-norm residual (as in GPT-2 and most models since).
+///
+/// ```text
+/// x = x + Attention(LayerNorm(x))
+/// x = x + FeedForward(LayerNorm(x))
+/// ```
+///
+/// Without positions and without a causal mask the block is permutation-equivariant:
+/// `Block(P x) = P Block(x)` for any permutation `P` of the sequence, because every part of it
+/// but attention acts on each token alone, and attention's output for a token is a weighted sum
+/// over *all* tokens whose weights depend only on the tokens' contents. Position has to come
+/// from somewhere else: the embedding (sinusoidal, learned), or the scores themselves.
+///
+/// Schemes that act on attention plug in through parameters: rotary positions on queries and
+/// keys ([`SelfAttentionConfig::rope`]), a score bias the block owns
+/// ([`SelfAttentionConfig::score_bias`]: ALiBi, T5), or a score bias computed outside and passed
+/// to [`forward_with`](SelfAttention::forward_with) (one T5 table shared by every block).
+///
+/// # As models use it
+///
+/// - [`forward`](SelfAttention::forward) runs burn's fused
+///   [`attention`](burn::tensor::module::attention) (flash kernels on flex and the Cube backends)
+///   with the score bias and masks passed in; [`forward_with`](SelfAttention::forward_with) spells
+///   the scores out and returns the weights too, for pictures and probes. The two agree to float
+///   tolerance. On an autodiff device `forward` spells the scores out as well: burn 0.22.1 has no
+///   fused attention with a backward (its `attention` there is a fallback of separate ops, which
+///   measured slower in training), and dropout on the weights needs them.
+/// - Score biases and masks that depend only on shapes are built on the device and cached (see
+///   [`Alibi::bias`](crate::Alibi::bias), [`T5Bias::buckets`](crate::T5Bias::buckets)).
+/// - Padded keys are kept out of attention by a key padding mask ([`AttentionInput::key_padding`],
+///   [`padding_mask`]), as burn's `MultiHeadAttention` does with `mask_pad`.
+/// - A causal block decodes token by token with a [`KvCache`]
+///   ([`forward_cached`](SelfAttention::forward_cached)): RoPE rotates at the cached length, ALiBi
+///   and T5 measure distances from it.
+///
+/// A causal mask breaks equivariance on its own: token `i` attends to tokens `0..=i`, so moving
+/// a token changes which tokens can see it. The mask is itself a (weak) source of position.
+///
+/// # Example
 ///
 /// ```
 /// use burn::prelude::*;
