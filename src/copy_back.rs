@@ -8,6 +8,8 @@
 //! `k` back; with sinusoidal positions the shift by `k` is one fixed rotation (seed 002's
 //! "relative-aware").
 
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::{Dataset, DatasetError};
 use burn::prelude::*;
 
 /// The task's sizes.
@@ -54,6 +56,81 @@ impl CopyBackConfig {
             .map(|_| (next() % self.vocab_size as u64) as i64)
             .collect();
         let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [batch, seq]), device);
+        let answers = ids.clone().slice([0..batch, 0..seq - self.k]);
+        CopyBackBatch { ids, answers }
+    }
+}
+
+/// SplitMix64 from `seed`: `n` tokens in `0..vocab_size`, the same on every machine.
+fn tokens(seed: u64, n: usize, vocab_size: usize) -> Vec<i64> {
+    let mut state = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) % vocab_size as u64) as i64
+        })
+        .collect()
+}
+
+/// The task as a burn [`Dataset`], for burn-train's data loaders: item `i` is one sequence of
+/// `task.seq` tokens drawn from `seed` and `i` alone, so any slice of the dataset (burn's
+/// multi-device split hands each worker one) holds the same sequences on every machine.
+#[derive(Debug, Clone)]
+pub struct CopyBackDataset {
+    /// The task.
+    pub task: CopyBackConfig,
+    /// Sequences.
+    pub len: usize,
+    /// Seed of the whole set.
+    pub seed: u64,
+}
+
+impl Dataset<Vec<i64>> for CopyBackDataset {
+    /// # Panics
+    ///
+    /// If `index >= len` (burn's `Dataset` convention).
+    fn get(&self, index: usize) -> Result<Vec<i64>, DatasetError> {
+        assert!(
+            index < self.len,
+            "index {index} is past the dataset's {} sequences",
+            self.len
+        );
+        let seed = self
+            .seed
+            .wrapping_mul(0x2545_F491_4F6C_DD1D)
+            .wrapping_add(index as u64);
+        Ok(tokens(seed, self.task.seq, self.task.vocab_size))
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Stacks sequences of equal length into a [`CopyBackBatch`] on the loader's device.
+#[derive(Debug, Clone, Copy)]
+pub struct CopyBackBatcher {
+    /// How far back to copy from (the answers are the ids shifted by `k`).
+    pub k: usize,
+}
+
+impl Batcher<Vec<i64>, CopyBackBatch> for CopyBackBatcher {
+    /// # Panics
+    ///
+    /// If the sequences differ in length or are not longer than `k`.
+    fn batch(&self, items: Vec<Vec<i64>>, device: &Device) -> CopyBackBatch {
+        let batch = items.len();
+        let seq = items.first().map_or(0, Vec::len);
+        assert!(
+            items.iter().all(|item| item.len() == seq),
+            "every sequence of a batch must have {seq} tokens"
+        );
+        assert!(self.k < seq, "k ({}) must be below seq ({seq})", self.k);
+        let ids =
+            Tensor::<2, Int>::from_data(TensorData::new(items.concat(), [batch, seq]), device);
         let answers = ids.clone().slice([0..batch, 0..seq - self.k]);
         CopyBackBatch { ids, answers }
     }

@@ -1,9 +1,12 @@
 //! A small transformer that predicts one token per position: an [`Encoder`] and a linear head.
 
+use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
+use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
 
 use crate::PositionError;
+use crate::copy_back::CopyBackBatch;
 use crate::encoder::{Encoder, EncoderConfig, loss_and_accuracy};
 
 /// Configuration of [`TokenTagger`]: the encoder; the head predicts one of `vocab_size` tokens.
@@ -101,4 +104,53 @@ fn loss_and_accuracy_at(logits: Tensor<3>, answers: Tensor<2, Int>, k: usize) ->
         .slice([0..batch, k..seq, 0..vocab])
         .reshape([n, vocab]);
     loss_and_accuracy(logits, answers.reshape([n]))
+}
+
+impl TokenTagger {
+    /// The predictions at the answered positions and their cross-entropy, as burn-train's
+    /// metrics read them: `output` `[batch * (seq - k), vocab_size]`, `targets`
+    /// `[batch * (seq - k)]`, with `k = seq - answers' seq` (from the shapes: no read).
+    ///
+    /// # Shapes
+    ///
+    /// - `batch.ids`: `[batch, seq]`
+    /// - `batch.answers`: `[batch, seq - k]`
+    pub fn classification(&self, batch: CopyBackBatch) -> ClassificationOutput {
+        let [batch_size, seq] = batch.ids.dims();
+        let [_, answered] = batch.answers.dims();
+        let k = seq - answered;
+        let logits = self.head.forward(self.encoder.hidden(batch.ids));
+        let vocab = logits.dims()[2];
+        let n = batch_size * answered;
+        let output = logits
+            .slice([0..batch_size, k..seq, 0..vocab])
+            .reshape([n, vocab]);
+        let targets = batch.answers.reshape([n]);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&output.device())
+            .forward(output.clone(), targets.clone());
+        ClassificationOutput::new(loss, output, targets)
+    }
+}
+
+/// One training step for burn-train's `Learner`: forward, cross-entropy, backward. Nothing
+/// is read from the device (bad ids come out as NaN; `encoder.embed.check_inputs()` names them).
+impl TrainStep for TokenTagger {
+    type Input = CopyBackBatch;
+    type Output = ClassificationOutput;
+
+    fn step(&self, batch: CopyBackBatch) -> TrainOutput<ClassificationOutput> {
+        let output = self.classification(batch);
+        TrainOutput::new(self, output.loss.backward(), output)
+    }
+}
+
+/// One validation step for burn-train's `Learner`.
+impl InferenceStep for TokenTagger {
+    type Input = CopyBackBatch;
+    type Output = ClassificationOutput;
+
+    fn step(&self, batch: CopyBackBatch) -> ClassificationOutput {
+        self.classification(batch)
+    }
 }
