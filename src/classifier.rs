@@ -4,8 +4,12 @@
 //! Mean pooling forgets order, so everything the classifier knows about order comes from the
 //! position scheme (or a causal mask).
 
+use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
+use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
+
+use crate::who_bites_whom::SentenceBatch;
 
 use crate::encoder::{Encoder, EncoderConfig, loss_and_accuracy};
 
@@ -83,5 +87,44 @@ impl SequenceClassifier {
         answers: Tensor<1, Int>,
     ) -> (Tensor<1>, f32) {
         loss_and_accuracy(self.forward(ids).0, answers)
+    }
+}
+
+impl SequenceClassifier {
+    /// Logits and cross-entropy as burn-train's metrics read them. Reads nothing from the
+    /// device (bad ids come out as NaN; `encoder.embed.check_inputs()` names them).
+    ///
+    /// # Shapes
+    ///
+    /// - `batch.ids`: `[batch, seq]`; `batch.answers`: `[batch]`
+    /// - output: `[batch, n_classes]`; targets: `[batch]`
+    pub fn classification(&self, batch: SentenceBatch) -> ClassificationOutput {
+        let hidden = self.encoder.hidden(batch.ids);
+        let output = self.head.forward(hidden.mean_dim(1).squeeze_dim::<2>(1));
+        let loss = CrossEntropyLossConfig::new()
+            .init(&output.device())
+            .forward(output.clone(), batch.answers.clone());
+        ClassificationOutput::new(loss, output, batch.answers)
+    }
+}
+
+/// One training step for burn-train's `Learner`.
+impl TrainStep for SequenceClassifier {
+    type Input = SentenceBatch;
+    type Output = ClassificationOutput;
+
+    fn step(&self, batch: SentenceBatch) -> TrainOutput<ClassificationOutput> {
+        let output = self.classification(batch);
+        TrainOutput::new(self, output.loss.backward(), output)
+    }
+}
+
+/// One validation step for burn-train's `Learner`.
+impl InferenceStep for SequenceClassifier {
+    type Input = SentenceBatch;
+    type Output = ClassificationOutput;
+
+    fn step(&self, batch: SentenceBatch) -> ClassificationOutput {
+        self.classification(batch)
     }
 }

@@ -135,3 +135,41 @@ impl Batcher<Vec<i64>, CopyBackBatch> for CopyBackBatcher {
         CopyBackBatch { ids, answers }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dataset_items_are_fixed_by_seed_and_index_and_the_batcher_shifts_by_k() {
+        let task = CopyBackConfig::new()
+            .with_vocab_size(5)
+            .with_seq(9)
+            .with_k(3);
+        let dataset = CopyBackDataset {
+            task: task.clone(),
+            len: 4,
+            seed: 1,
+        };
+        assert_eq!(dataset.len(), 4);
+        let items: Vec<Vec<i64>> = (0..4).map(|i| dataset.get(i).unwrap()).collect();
+        assert_eq!(
+            items[2],
+            dataset.get(2).unwrap(),
+            "an item is a function of its index"
+        );
+        assert_ne!(items[0], items[1]);
+        assert!(items.iter().flatten().all(|&t| (0..5).contains(&t)));
+        assert!(items.iter().all(|item| item.len() == 9));
+
+        let device = Device::flex();
+        let batch = CopyBackBatcher { k: 3 }.batch(items.clone(), &device);
+        assert_eq!(batch.ids.dims(), [4, 9]);
+        assert_eq!(batch.answers.dims(), [4, 6]);
+        let answers: Vec<i64> = batch.answers.into_data().iter::<i64>().collect();
+        for (row, item) in items.iter().enumerate() {
+            // The answer for position 3 + j is the token at j.
+            assert_eq!(&answers[row * 6..(row + 1) * 6], &item[..6]);
+        }
+    }
+}

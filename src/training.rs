@@ -1,11 +1,14 @@
 //! Training a [`TokenTagger`] on [`CopyBackConfig`]: the loop behind `examples/train_positions.rs`
 //! and the training tests.
 //!
-//! A plain loop rather than burn-train's `Learner`: every step that matters for positional
-//! tables (freezing the token table, starting a learned table from the sinusoidal one, the
-//! checkpoint and resume) is a line here a reader can see and change, the task is generated
-//! in memory so no `Dataset` or `Batcher` is needed, and it builds without burn's `train`
-//! feature (minutes of compile time on small machines).
+//! A plain loop: every step that matters for positional tables (freezing the token table,
+//! starting a learned table from the sinusoidal one, the checkpoint and resume) is a line here
+//! a reader can see and change. The same models also run under burn-train: [`TokenTagger`] and
+//! [`SequenceClassifier`](crate::classifier::SequenceClassifier) implement its `TrainStep` and
+//! `InferenceStep`, [`CopyBackDataset`](crate::copy_back::CopyBackDataset) and
+//! [`CopyBackBatcher`](crate::copy_back::CopyBackBatcher) feed its data loaders, and
+//! `tests/multi_device.rs` trains them with `SupervisedTraining` on one device and on two
+//! workers (`ExecutionStrategy::MultiDevice`).
 //!
 //! Checkpoints are burn's own records: `model.bpk` (the model), `optimizer.bpk` (Adam's
 //! moments), `state.json` (the step) and `config.json` (this config). Batches are drawn from

@@ -5,6 +5,7 @@
 //! sees the words but not their order can do no better than pick one of the two: 50 % accuracy.
 //! A model that knows positions learns "the first word bites" and reaches 100 %.
 
+use burn::data::dataloader::batcher::Batcher;
 use burn::prelude::*;
 
 /// The nouns (answers are indices into this list).
@@ -105,6 +106,27 @@ pub fn batch(sentences: &[Sentence], device: &Device) -> (Tensor<2, Int>, Tensor
         Tensor::from_data(TensorData::new(ids, [n, 3]), device),
         Tensor::from_data(TensorData::new(answers, [n]), device),
     )
+}
+
+/// A batch of sentences for burn-train: token ids and the subjects to name.
+#[derive(Debug, Clone)]
+pub struct SentenceBatch {
+    /// `[batch, 3]`.
+    pub ids: Tensor<2, Int>,
+    /// `[batch]`: each sentence's subject, an index in [`NOUNS`].
+    pub answers: Tensor<1, Int>,
+}
+
+/// Stacks [`Sentence`]s into a [`SentenceBatch`] on the loader's device; with burn's
+/// `InMemDataset::new(split(..).0)` it feeds burn-train's data loaders.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SentenceBatcher;
+
+impl Batcher<Sentence, SentenceBatch> for SentenceBatcher {
+    fn batch(&self, items: Vec<Sentence>, device: &Device) -> SentenceBatch {
+        let (ids, answers) = batch(&items, device);
+        SentenceBatch { ids, answers }
+    }
 }
 
 #[cfg(test)]

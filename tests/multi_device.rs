@@ -16,6 +16,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::InMemDataset;
 use burn::data::dataset::{Dataset, DatasetError};
 use burn::module::{ModuleVisitor, Param};
 use burn::optim::SgdConfig;
@@ -23,13 +24,19 @@ use burn::optim::lr_scheduler::constant::ConstantLr;
 use burn::prelude::*;
 use burn::train::metric::LossMetric;
 use burn::train::renderer::CliMetricsRenderer;
-use burn::train::{ExecutionStrategy, Learner, MultiDeviceOptim, SupervisedTraining};
+use burn::train::{
+    ClassificationOutput, ExecutionStrategy, InferenceStep, Learner, LearnerModel,
+    MultiDeviceOptim, SupervisedTraining, TrainStep,
+};
+use burn_positional::SinusoidalConfig;
 use burn_positional::{LearnedConfig, PositionSchemeConfig, ScoreBiasConfig, T5BiasConfig};
+use burn_positional_examples::classifier::SequenceClassifierConfig;
 use burn_positional_examples::copy_back::{
     CopyBackBatch, CopyBackBatcher, CopyBackConfig, CopyBackDataset,
 };
 use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
+use burn_positional_examples::who_bites_whom::{self, SentenceBatcher};
 
 const BATCH: usize = 4; // per worker
 const STEPS: usize = 3;
@@ -114,7 +121,7 @@ fn loader(order: Vec<usize>, batch_size: usize) -> Arc<dyn DataLoader<CopyBackBa
         .build(Reordered { inner, order })
 }
 
-/// One epoch of burn-train's `SupervisedTraining` with plain SGD.
+/// One epoch of the copy-back tagger under burn-train's `SupervisedTraining`, plain SGD.
 fn train(
     dir: &Path,
     model: TokenTagger,
@@ -123,13 +130,38 @@ fn train(
     batch_size: usize,
     learning_rate: f64,
 ) -> TokenTagger {
+    let valid = loader((0..BATCH).collect(), BATCH);
+    fit(
+        dir,
+        model,
+        strategy,
+        loader(order, batch_size),
+        valid,
+        learning_rate,
+    )
+}
+
+/// One epoch of any of our models under burn-train's `SupervisedTraining`, plain SGD.
+fn fit<M, I>(
+    dir: &Path,
+    model: M,
+    strategy: ExecutionStrategy,
+    train: Arc<dyn DataLoader<I>>,
+    valid: Arc<dyn DataLoader<I>>,
+    learning_rate: f64,
+) -> M
+where
+    I: Send + 'static,
+    M: LearnerModel
+        + TrainStep<Input = I, Output = ClassificationOutput>
+        + InferenceStep<Input = I, Output = ClassificationOutput>,
+{
     let learner = Learner::new(
         model,
         SgdConfig::new().init(),
         ConstantLr::new(learning_rate),
     );
-    let valid = loader((0..BATCH).collect(), BATCH);
-    SupervisedTraining::new(dir, loader(order, batch_size), valid)
+    SupervisedTraining::new(dir, train, valid)
         .with_training_strategy(strategy.into())
         .num_epochs(1)
         .metric_train_numeric(LossMetric::new())
@@ -140,7 +172,7 @@ fn train(
 }
 
 /// Every float parameter, flattened, in visiting order.
-fn parameters(model: &TokenTagger) -> Vec<Vec<f32>> {
+fn parameters<M: Module>(model: &M) -> Vec<Vec<f32>> {
     struct Collect(Vec<Vec<f32>>);
     impl ModuleVisitor for Collect {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
@@ -277,4 +309,72 @@ fn every_combination_of_frozen_tables_trains_on_two_workers() {
             "{frozen:?}: two workers and one device differ by {difference}"
         );
     }
+}
+
+/// The who-bites-whom classifier too: two workers on halves of the training sentences equal
+/// one device on the combined batches.
+#[test]
+fn classifier_on_two_workers_equals_one_device() {
+    let (start, two_workers, one_device) = within(Duration::from_secs(300), || {
+        let device = Device::flex().autodiff();
+        device.seed(5);
+        let config = SequenceClassifierConfig::new(
+            EncoderConfig::new(
+                who_bites_whom::vocabulary().len(),
+                SinusoidalConfig::new().into(),
+            )
+            .with_d_model(16)
+            .with_n_heads(2)
+            .with_n_blocks(1),
+            who_bites_whom::NOUNS.len(),
+        );
+        let record = config.init(&device).into_record();
+        let start = config.init(&device).load_record(record);
+        let sentences = who_bites_whom::split(3, 5).0;
+        let half = BATCH * STEPS;
+        let loader = |items: Vec<_>, batch_size| -> Arc<dyn DataLoader<_>> {
+            DataLoaderBuilder::new(SentenceBatcher)
+                .batch_size(batch_size)
+                .build(InMemDataset::new(items))
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let two_workers = fit(
+            &dir.path().join("multi"),
+            start.clone(),
+            ExecutionStrategy::multi(
+                vec![device.clone(), device.clone()],
+                MultiDeviceOptim::OptimMainDevice,
+            ),
+            loader(sentences[..2 * half].to_vec(), BATCH),
+            loader(sentences[..BATCH].to_vec(), BATCH),
+            LEARNING_RATE,
+        );
+        let combined = (0..STEPS)
+            .flat_map(|s| {
+                let first = &sentences[s * BATCH..(s + 1) * BATCH];
+                let second = &sentences[half + s * BATCH..half + (s + 1) * BATCH];
+                first.iter().chain(second).copied().collect::<Vec<_>>()
+            })
+            .collect();
+        let one_device = fit(
+            &dir.path().join("single"),
+            start.clone(),
+            ExecutionStrategy::single(device),
+            loader(combined, 2 * BATCH),
+            loader(sentences[..BATCH].to_vec(), BATCH),
+            2.0 * LEARNING_RATE,
+        );
+        (
+            parameters(&start),
+            parameters(&two_workers),
+            parameters(&one_device),
+        )
+    });
+    let moved = max_difference(&start, &two_workers);
+    assert!(moved > 1e-3, "training moved nothing (max change {moved})");
+    let difference = max_difference(&two_workers, &one_device);
+    assert!(
+        difference < 1e-5,
+        "two workers and one device differ by {difference} (training moved parameters by up to {moved})"
+    );
 }
