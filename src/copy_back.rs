@@ -43,18 +43,7 @@ impl CopyBackConfig {
     /// If `k >= seq`.
     pub fn batch(&self, batch: usize, seq: usize, seed: u64, device: &Device) -> CopyBackBatch {
         assert!(self.k < seq, "k ({}) must be below seq ({seq})", self.k);
-        // SplitMix64: a fixed stream per seed.
-        let mut state = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut next = || {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
-        let ids: Vec<i64> = (0..batch * seq)
-            .map(|_| (next() % self.vocab_size as u64) as i64)
-            .collect();
+        let ids = tokens(seed, batch * seq, self.vocab_size);
         let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [batch, seq]), device);
         let answers = ids.clone().slice([0..batch, 0..seq - self.k]);
         CopyBackBatch { ids, answers }

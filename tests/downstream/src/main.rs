@@ -49,20 +49,17 @@ fn main() {
     assert_eq!(grad.dims(), [8, 16]);
     println!("uncovered backend: gradients reach the learned table");
 
-    // The same errors, by the same words.
-    let bad = Tensor::<2, Int>::from_data([[1, 50, 3]], &flex);
-    let want = embed.try_forward(bad.clone(), Positions::Offset(0)).unwrap_err().to_string();
-    let got = on_uncovered
-        .try_forward(bad.to_device(&uncovered), Positions::Offset(0))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(got, want);
-    let past = Tensor::<2, Int>::from_data([[1, 2, 3]], &flex);
-    let want = embed.try_forward(past.clone(), Positions::Offset(6)).unwrap_err().to_string();
-    let got = on_uncovered
-        .try_forward(past.to_device(&uncovered), Positions::Offset(6))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(got, want);
+    // The same errors, by the same words: a bad id, and a position past the table.
+    let same_error = |ids: [[i64; 3]; 1], offset: usize| {
+        let ids = Tensor::<2, Int>::from_data(ids, &flex);
+        let want = embed.try_forward(ids.clone(), Positions::Offset(offset)).unwrap_err();
+        let got = on_uncovered
+            .try_forward(ids.to_device(&uncovered), Positions::Offset(offset))
+            .unwrap_err();
+        assert_eq!(got.to_string(), want.to_string());
+        want.to_string()
+    };
+    same_error([[1, 50, 3]], 0);
+    let want = same_error([[1, 2, 3]], 6);
     println!("uncovered backend: same errors ({want})");
 }
