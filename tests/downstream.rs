@@ -7,20 +7,17 @@
 //! incremental across runs and never waits on this run's lock; `--locked`, so its
 //! `Cargo.lock` is the one committed.
 
-use std::path::Path;
-use std::process::Command;
+#[path = "support/cargo.rs"]
+mod support;
 
 #[test]
 fn downstream_crate_with_only_flex_builds_and_runs() {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/downstream/Cargo.toml");
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("downstream");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(&cargo)
-        .args(["run", "--locked", "--quiet", "--manifest-path"])
-        .arg(&manifest)
-        .env("CARGO_TARGET_DIR", &target)
-        .output()
-        .unwrap_or_else(|e| panic!("running {cargo}: {e}"));
+    let output = support::nested_cargo(
+        &["run", "--locked", "--quiet"],
+        "tests/downstream/Cargo.toml",
+        "downstream",
+        |_| {},
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -8,34 +8,27 @@
 //! that reaches only package registries cannot; it skips the download when `DOCS_RS` is set,
 //! and `cargo check` needs no LLVM. No CUDA toolkit is needed either: nothing is linked.
 
-use std::path::Path;
-use std::process::Command;
+#[path = "support/cargo.rs"]
+mod support;
 
 #[test]
 fn published_crate_checks_with_each_backend_feature_alone() {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("features");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     for features in ["", "wgpu", "cuda", "ndarray"] {
-        let mut command = Command::new(&cargo);
-        command
-            .args(["check", "--locked", "--quiet", "-p", "burn-positional"])
-            .args([
-                "--no-default-features",
-                "--features",
-                features,
-                "--manifest-path",
-            ])
-            .arg(&manifest)
-            .env("CARGO_TARGET_DIR", &target)
-            // Warnings are errors: an unused import under one feature set is a gate gone wrong.
-            .env("RUSTFLAGS", "-D warnings");
-        if features == "cuda" {
-            command.env("DOCS_RS", "1");
-        }
-        let output = command
-            .output()
-            .unwrap_or_else(|e| panic!("running {cargo}: {e}"));
+        let output = support::nested_cargo(
+            &["check", "--locked", "--quiet", "-p", "burn-positional"],
+            "Cargo.toml",
+            "features",
+            |command| {
+                command
+                    .args(["--no-default-features", "--features", features])
+                    // Warnings are errors: an unused import under one feature set is a gate
+                    // gone wrong.
+                    .env("RUSTFLAGS", "-D warnings");
+                if features == "cuda" {
+                    command.env("DOCS_RS", "1");
+                }
+            },
+        );
         assert!(
             output.status.success(),
             "`cargo check -p burn-positional --no-default-features --features {features:?}` failed:\n{}",
@@ -48,19 +41,18 @@ fn published_crate_checks_with_each_backend_feature_alone() {
 /// documented (`#![warn(missing_docs)]`), every intra-doc link resolved.
 #[test]
 fn published_docs_build_without_warnings() {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(&cargo)
-        .args(["doc", "--locked", "--quiet", "--no-deps", "--manifest-path"])
-        .arg(&manifest)
-        .args(["-p", "burn-positional", "-p", "burn-positional-layer"])
-        .args(["-p", "burn-positional-kernels"])
-        .env("CARGO_TARGET_DIR", &target)
-        .env("RUSTDOCFLAGS", "-D warnings")
-        .env("RUSTFLAGS", "-D warnings")
-        .output()
-        .unwrap_or_else(|e| panic!("running {cargo}: {e}"));
+    let output = support::nested_cargo(
+        &["doc", "--locked", "--quiet", "--no-deps"],
+        "Cargo.toml",
+        "docs",
+        |command| {
+            command
+                .args(["-p", "burn-positional", "-p", "burn-positional-layer"])
+                .args(["-p", "burn-positional-kernels"])
+                .env("RUSTDOCFLAGS", "-D warnings")
+                .env("RUSTFLAGS", "-D warnings");
+        },
+    );
     assert!(
         output.status.success(),
         "`cargo doc --no-deps` of the published crates failed:\n{}",

@@ -171,6 +171,15 @@ where
         .model
 }
 
+/// burn-train's `MultiDevice` with two workers on one device (flex has a single device id, as in
+/// burn's own data-split test), the optimizer on the first.
+fn two_workers_on(device: &Device) -> ExecutionStrategy {
+    ExecutionStrategy::multi(
+        vec![device.clone(), device.clone()],
+        MultiDeviceOptim::OptimMainDevice,
+    )
+}
+
 /// Every float parameter, flattened, in visiting order.
 fn parameters<M: Module>(model: &M) -> Vec<Vec<f32>> {
     struct Collect(Vec<Vec<f32>>);
@@ -196,10 +205,7 @@ fn both_runs(frozen: Frozen) -> (TokenTagger, TokenTagger, TokenTagger) {
     let two_workers = train(
         &dir.path().join("multi"),
         start.clone(),
-        ExecutionStrategy::multi(
-            vec![device.clone(), device.clone()],
-            MultiDeviceOptim::OptimMainDevice,
-        ),
+        two_workers_on(&device),
         (0..2 * half).collect(),
         BATCH,
         LEARNING_RATE,
@@ -341,10 +347,7 @@ fn classifier_on_two_workers_equals_one_device() {
         let two_workers = fit(
             &dir.path().join("multi"),
             start.clone(),
-            ExecutionStrategy::multi(
-                vec![device.clone(), device.clone()],
-                MultiDeviceOptim::OptimMainDevice,
-            ),
+            two_workers_on(&device),
             loader(sentences[..2 * half].to_vec(), BATCH),
             loader(sentences[..BATCH].to_vec(), BATCH),
             LEARNING_RATE,

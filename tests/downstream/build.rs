@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::{env, fs};
 
 fn main() {
-    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    // Read at run time: a build script compiled for one checkout may be reused by another
+    // (the target directory outlives them), and `env!` would point it at the first.
+    let dir = env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let readme = Path::new(&dir).join("../../README.md");
     println!("cargo::rerun-if-changed={}", readme.display());
     let text = fs::read_to_string(&readme)
         .unwrap_or_else(|e| panic!("reading {}: {e}", readme.display()));
