@@ -86,7 +86,9 @@ pub fn last_checkpoint(dir: &Path) -> Option<usize> {
 /// the first (flex has one device id, so its workers share it, as in burn's own data-split
 /// test). Adam at the config's learning rate; the workers' gradients are summed, which Adam's
 /// update does not feel. Checkpoints every epoch in `<dir>/checkpoint` and resumes from the
-/// last complete one. Returns the trained model, without autodiff.
+/// last complete one. `renderer`: burn-train's default when `None` (its terminal dashboard
+/// when stdout is a terminal, plain lines otherwise). Returns the trained model, without
+/// autodiff.
 ///
 /// # Panics
 ///
@@ -96,7 +98,7 @@ pub fn fit(
     device: &Device,
     workers: usize,
     dir: &Path,
-    renderer: Box<dyn MetricsRenderer>,
+    renderer: Option<Box<dyn MetricsRenderer>>,
 ) -> TokenTagger {
     assert!(workers > 0, "workers must be at least 1");
     let device = device.clone().autodiff();
@@ -122,8 +124,10 @@ pub fn fit(
             .metric_valid_numeric(AccuracyMetric::new())
             .with_default_checkpointers()
             .with_checkpointing_strategy(KeepLastNCheckpoints::new(2))
-            .renderer(renderer)
             .with_application_logger(None);
+    if let Some(renderer) = renderer {
+        training = training.renderer(renderer);
+    }
     if let Some(epoch) = last_checkpoint(dir) {
         training = training.checkpoint(epoch);
     }

@@ -53,7 +53,7 @@ fn resumed_run_ends_where_an_uninterrupted_one_does() {
         &device,
         1,
         &dir.path().join("straight"),
-        Box::new(LineRenderer::new("straight")),
+        Some(Box::new(LineRenderer::new("straight"))),
     );
     // Stopped after the first epoch, then resumed with the full budget.
     let resumed_dir = dir.path().join("resumed");
@@ -62,7 +62,7 @@ fn resumed_run_ends_where_an_uninterrupted_one_does() {
         &device,
         1,
         &resumed_dir,
-        Box::new(LineRenderer::new("first half")),
+        Some(Box::new(LineRenderer::new("first half"))),
     );
     assert_eq!(last_checkpoint(&resumed_dir), Some(1));
     let resumed = fit(
@@ -70,7 +70,7 @@ fn resumed_run_ends_where_an_uninterrupted_one_does() {
         &device,
         1,
         &resumed_dir,
-        Box::new(LineRenderer::new("resumed")),
+        Some(Box::new(LineRenderer::new("resumed"))),
     );
     assert_eq!(last_checkpoint(&resumed_dir), Some(2));
     let difference = max_abs_diff(&table(&resumed), &table(&straight));
@@ -88,7 +88,7 @@ fn two_workers_learn_the_task() {
         &device,
         2,
         dir.path(),
-        Box::new(LineRenderer::new("two workers")),
+        Some(Box::new(LineRenderer::new("two workers"))),
     );
     let valid = evaluate(
         &model,
