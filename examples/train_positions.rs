@@ -13,16 +13,16 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use burn::tensor::FloatDType;
+use burn::train::renderer::MetricsRenderer;
 use burn_positional::{AbsolutePosition, PositionSchemeConfig, SinusoidalConfig};
 use burn_positional_analysis::{cosine_matrix, neighbour_and_far_cosine};
 use burn_positional_examples::copy_back::CopyBackConfig;
 use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
+use burn_positional_examples::learner::{self, LineRenderer};
 use burn_positional_examples::schemes::Scheme;
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
-use burn_positional_examples::learner::{self, LineRenderer};
 use burn_positional_examples::training::{self, Metrics, TrainingConfig, TrainingError, evaluate};
-use burn::train::renderer::MetricsRenderer;
 use burn_positional_plots::{Heatmap, draw_heatmaps};
 use clap::{Parser, Subcommand};
 use std::io::IsTerminal;
