@@ -13,17 +13,19 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use burn::tensor::FloatDType;
+use burn::train::renderer::MetricsRenderer;
 use burn_positional::{AbsolutePosition, PositionSchemeConfig, SinusoidalConfig};
 use burn_positional_analysis::{cosine_matrix, neighbour_and_far_cosine};
 use burn_positional_examples::copy_back::CopyBackConfig;
 use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
+use burn_positional_examples::learner::{self, LineRenderer};
 use burn_positional_examples::schemes::Scheme;
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional_examples::training::{self, Metrics, TrainingConfig, TrainingError, evaluate};
 use burn_positional_plots::{Heatmap, draw_heatmaps};
 use clap::{Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
 
 #[derive(Parser)]
 #[command(about = "Train learned positional tables on 'copy the token k places back'")]
@@ -78,6 +80,11 @@ struct TrainOptions {
     /// Start fresh even if a checkpoint exists.
     #[arg(long)]
     fresh: bool,
+    /// Workers: 1 trains on one device (burn-train's `SingleDevice`); more run burn-train's
+    /// `MultiDevice` strategy with one worker thread per copy of the device, each on its own
+    /// batch, the gradients summed on the first.
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
 }
 
 fn config_for(scheme: Scheme, options: &TrainOptions) -> TrainingConfig {
@@ -104,60 +111,24 @@ fn train_one(
 ) -> Result<Outcome, TrainingError> {
     let config = config_for(scheme, options);
     let dir = out.join(scheme.to_string());
-    let checkpoint = dir.join("checkpoint");
     if options.fresh {
-        let _ = std::fs::remove_dir_all(&checkpoint);
+        let _ = std::fs::remove_dir_all(dir.join("checkpoint"));
     }
-    let progress = ProgressBar::new(config.steps as u64).with_style(
-        ProgressStyle::with_template("{prefix:<24} [{bar:30}] {pos:>4}/{len} {elapsed:>4} {msg}")
-            .unwrap()
-            .progress_chars("=> "),
-    );
-    progress.set_prefix(scheme.to_string());
     let start = Instant::now();
-    let mut last_valid = None;
-    let model = training::train(
-        &config,
-        &device.clone().autodiff(),
-        Some(&checkpoint),
-        |report| {
-            progress.set_position(report.step as u64);
-            if let Some(valid) = report.valid {
-                last_valid = Some(valid);
-                progress.set_message(format!(
-                    "train loss {:.3} acc {:>5.1} % | valid loss {:.3} acc {:>5.1} %",
-                    report.train.loss,
-                    100.0 * report.train.accuracy,
-                    valid.loss,
-                    100.0 * valid.accuracy
-                ));
-                if !progress.is_hidden() {
-                    return;
-                }
-                // Not a terminal: print the validation lines instead of redrawing a bar.
-                println!(
-                    "{:<24} step {:>4}: train loss {:.3} acc {:>5.1} % | valid loss {:.3} acc {:>5.1} %",
-                    scheme.to_string(),
-                    report.step,
-                    report.train.loss,
-                    100.0 * report.train.accuracy,
-                    valid.loss,
-                    100.0 * valid.accuracy
-                );
-            }
-        },
-    )?;
-    progress.finish();
-    training::save_model(&model, &config, &dir)?;
-    let valid = match last_valid {
-        Some(valid) => valid,
-        // Resumed from a finished checkpoint: nothing left to train.
-        None => evaluate(
-            &model,
-            &config.valid_batch(config.task.seq, device),
-            config.task.k,
-        )?,
+    // burn-train's dashboard on a terminal; one line per validation otherwise (logs, CI).
+    let renderer: Option<Box<dyn MetricsRenderer>> = if std::io::stdout().is_terminal() {
+        None
+    } else {
+        Some(Box::new(LineRenderer::new(format!("{scheme:<24}"))))
     };
+    let model = learner::fit(&config, device, options.devices, &dir, renderer);
+    training::save_model(&model, &config, &dir)?;
+    model.encoder.embed.check_inputs()?;
+    let valid = evaluate(
+        &model,
+        &config.valid_batch(config.task.seq, device),
+        config.task.k,
+    )?;
     Ok(Outcome {
         model,
         valid,

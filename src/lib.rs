@@ -11,6 +11,7 @@ pub mod classifier;
 pub mod copy_back;
 pub mod device;
 pub mod encoder;
+pub mod learner;
 pub mod properties;
 pub mod schemes;
 pub mod tagger;

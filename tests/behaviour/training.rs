@@ -3,9 +3,11 @@
 
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
+use burn::train::renderer::MetricsRenderer;
 use burn_positional::{AbsolutePosition, LearnedConfig, LearnedInit, SinusoidalConfig};
 use burn_positional_examples::copy_back::CopyBackConfig;
 use burn_positional_examples::encoder::EncoderConfig;
+use burn_positional_examples::learner::{self, LineRenderer};
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional_examples::training::{self, TrainingConfig};
 
@@ -70,42 +72,43 @@ pub fn short_run_learns_positions_with_frozen_tokens(device: &Device) {
     );
 }
 
-/// `training::train` with checkpoints: save, reload (bit-identical, same predictions), and a
-/// run resumed from a checkpoint ends where an uninterrupted one does.
+/// `learner::fit` (burn-train) with checkpoints: a run stopped after its first epoch and
+/// resumed ends where an uninterrupted one does; save and reload are bit-identical.
 pub fn save_reload_and_resume(device: &Device) {
+    let device = &device.clone().without_autodiff();
     let dir = tempfile::tempdir().unwrap();
     let config = tiny_config().with_steps(4).with_valid_every(2);
-    // An uninterrupted run, whose checkpoint at step 2 is copied aside as it is written.
-    let (live, at_step_2) = (dir.path().join("live"), dir.path().join("at_step_2"));
-    let straight = training::train(&config, device, Some(&live), |report| {
-        if report.step == 2 {
-            std::fs::create_dir_all(&at_step_2).unwrap();
-            for file in ["model.bpk", "optimizer.bpk", "state.json", "config.json"] {
-                std::fs::copy(live.join(file), at_step_2.join(file)).unwrap();
-            }
-        }
-    })
-    .unwrap();
-    // Resumed from step 2, it runs steps 3 and 4 and ends where the uninterrupted run did.
-    let mut steps = Vec::new();
-    let resumed =
-        training::train(&config, device, Some(&at_step_2), |r| steps.push(r.step)).unwrap();
-    assert_eq!(steps, vec![3, 4], "resume starts after the checkpoint");
+    let quiet = || Some(Box::new(LineRenderer::new("resume test")) as Box<dyn MetricsRenderer>);
+    let straight = learner::fit(&config, device, 1, &dir.path().join("straight"), quiet());
+    let resumed_dir = dir.path().join("resumed");
+    learner::fit(
+        &config.clone().with_steps(2),
+        device,
+        1,
+        &resumed_dir,
+        quiet(),
+    );
+    assert_eq!(learner::last_checkpoint(&resumed_dir), Some(1));
+    let resumed = learner::fit(&config, device, 1, &resumed_dir, quiet());
+    assert_eq!(
+        learner::last_checkpoint(&resumed_dir),
+        Some(2),
+        "resume ran epoch 2"
+    );
     assert!(
         max_abs_diff(&table(&resumed), &table(&straight)) < 1e-5,
         "resumed run diverged"
     );
 
     training::save_model(&resumed, &config, dir.path()).unwrap();
-    let (loaded_config, loaded) =
-        training::load_model(dir.path(), &device.clone().without_autodiff()).unwrap();
+    let (loaded_config, loaded) = training::load_model(dir.path(), device).unwrap();
     assert_eq!(loaded_config, config);
     assert_eq!(table(&loaded), table(&resumed));
     assert_eq!(
         loaded.encoder.embed.tokens.val().into_data(),
         resumed.encoder.embed.tokens.val().into_data()
     );
-    let batch = config.valid_batch(8, &device.clone().without_autodiff());
+    let batch = config.valid_batch(8, device);
     assert_eq!(
         loaded.try_forward(batch.ids.clone()).unwrap().into_data(),
         resumed.try_forward(batch.ids).unwrap().into_data()
