@@ -27,7 +27,7 @@ use burn::tensor::module::embedding;
 use burn_positional::{
     AlibiDirection, SelfAttention, SelfAttentionConfig, T5Bias, alibi_slopes, t5_bucket,
 };
-use burn_positional_examples::device::{DeviceChoice, bench_devices};
+use burn_positional_examples::device::bench_devices;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::time::Duration;
 

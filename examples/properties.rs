@@ -10,6 +10,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use burn::prelude::*;
@@ -18,12 +19,13 @@ use burn_positional_analysis as analysis;
 use burn_positional_examples::copy_back::CopyBackConfig;
 use burn_positional_examples::device::{DeviceChoice, open, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
+use burn_positional_examples::learner::{self, Event, Listener, Strategy};
 use burn_positional_examples::properties::{
     self, PropertiesConfig, PropertyRow, SchemeProbe, closest_combination, number,
 };
 use burn_positional_examples::schemes::Scheme;
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
-use burn_positional_examples::training::{self, Metrics, TrainingConfig, TrainingError};
+use burn_positional_examples::training::{Metrics, TrainingConfig, TrainingError};
 use burn_positional_plots::{Chart, Heatmap, Series, draw_charts, draw_heatmaps};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -99,26 +101,46 @@ struct History {
     steps: Vec<(usize, Metrics, Option<Metrics>)>,
 }
 
+/// Trains through burn-train (`learner::fit`, one device) from a fresh start in
+/// `<out>/runs/<name>`, recording every step.
 fn train(
     name: &str,
     config: &TrainingConfig,
     device: &Device,
+    out: &Path,
 ) -> Result<(TokenTagger, History), TrainingError> {
     let progress = bar(config.steps, name);
     let start = Instant::now();
-    let mut steps = Vec::new();
-    let model = training::train(config, &device.clone().autodiff(), None, |report| {
-        progress.set_position(report.step as u64);
-        if let Some(valid) = report.valid {
-            progress.set_message(format!(
-                "valid loss {:.3} acc {:>5.1} %",
-                valid.loss,
-                100.0 * valid.accuracy
-            ));
-        }
-        steps.push((report.step, report.train, report.valid));
-    })?;
+    let steps = Arc::new(Mutex::new(Vec::new()));
+    let listener = {
+        let (progress, steps) = (progress.clone(), steps.clone());
+        Listener::Events(Box::new(move |event| {
+            let mut steps = steps.lock().expect("not poisoned");
+            match *event {
+                Event::Step { step, train } => {
+                    progress.set_position(step as u64);
+                    steps.push((step, train, None));
+                }
+                Event::Validated { step, valid, .. } => {
+                    progress.set_message(format!(
+                        "valid loss {:.3} acc {:>5.1} %",
+                        valid.loss,
+                        100.0 * valid.accuracy
+                    ));
+                    if let Some(last) = steps.last_mut().filter(|(s, _, _)| *s == step) {
+                        last.2 = Some(valid);
+                    }
+                }
+            }
+        }))
+    };
+    let dir = out
+        .join("runs")
+        .join(name.replace([' ', ',', '(', ')'], "_"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let model = learner::fit(config, device, Strategy::Single, &dir, listener)?;
     progress.finish();
+    let steps = std::mem::take(&mut *steps.lock().expect("not poisoned"));
     let history = History {
         name: name.to_string(),
         seconds: start.elapsed().as_secs_f64(),
@@ -169,6 +191,7 @@ fn report(args: &Args, device: &Device, main_name: &str) -> Result<(), TrainingE
                 &label,
                 &training_config(scheme, Combine::Add, args.steps),
                 device,
+                &args.out,
             )?;
             probes.push(SchemeProbe::from_encoder(
                 scheme,
@@ -649,7 +672,7 @@ fn add_vs_concat(args: &Args, device: &Device, main_name: &str) -> Result<(), Tr
     for scheme in [Scheme::Sinusoidal, Scheme::Learned] {
         for (name, combine) in &combines {
             let config = training_config(scheme, combine.clone(), args.steps);
-            let (_, history) = train(&format!("{scheme}, {name}"), &config, device)?;
+            let (_, history) = train(&format!("{scheme}, {name}"), &config, device, &args.out)?;
             histories.push(history);
         }
     }

@@ -13,13 +13,12 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use burn::train::renderer::MetricsRenderer;
 use burn_positional::{AbsolutePosition, PositionSchemeConfig, SinusoidalConfig};
 use burn_positional_analysis::{cosine_matrix, neighbour_and_far_cosine};
 use burn_positional_examples::copy_back::CopyBackConfig;
 use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
-use burn_positional_examples::learner::{self, LineRenderer};
+use burn_positional_examples::learner::{self, Listener, Strategy};
 use burn_positional_examples::schemes::Scheme;
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional_examples::training::{self, Metrics, TrainingConfig, TrainingError, evaluate};
@@ -85,6 +84,11 @@ struct TrainOptions {
     /// batch, the gradients summed on the first.
     #[arg(long, default_value_t = 1)]
     devices: usize,
+    /// Distributed data parallel (burn-train's DDP, an NCCL all-reduce) on CUDA devices
+    /// `0..devices` instead of worker threads: needs a build with `--features cuda` and
+    /// `--device cuda`.
+    #[arg(long)]
+    ddp: bool,
 }
 
 fn config_for(scheme: Scheme, options: &TrainOptions) -> TrainingConfig {
@@ -100,7 +104,10 @@ fn config_for(scheme: Scheme, options: &TrainOptions) -> TrainingConfig {
 struct Outcome {
     model: TokenTagger,
     valid: Metrics,
+    /// Wall time of the training (burn-train's launch to its end).
     seconds: f64,
+    /// Steps this invocation ran (fewer than the budget after a resume).
+    steps_run: usize,
 }
 
 fn train_one(
@@ -114,14 +121,17 @@ fn train_one(
     if options.fresh {
         let _ = std::fs::remove_dir_all(dir.join("checkpoint"));
     }
+    let steps_done = learner::last_checkpoint(&dir).map_or(0, |epoch| epoch * config.valid_every);
     let start = Instant::now();
     // burn-train's dashboard on a terminal; one line per validation otherwise (logs, CI).
-    let renderer: Option<Box<dyn MetricsRenderer>> = if std::io::stdout().is_terminal() {
-        None
+    let listener = if std::io::stdout().is_terminal() {
+        Listener::Dashboard
     } else {
-        Some(Box::new(LineRenderer::new(format!("{scheme:<24}"))))
+        Listener::lines(format!("{scheme:<24}"))
     };
-    let model = learner::fit(&config, device, options.devices, &dir, renderer);
+    let strategy = Strategy::new(options.devices, options.ddp);
+    let model = learner::fit(&config, device, strategy, &dir, listener)?;
+    let seconds = start.elapsed().as_secs_f64();
     training::save_model(&model, &config, &dir)?;
     model.encoder.embed.check_inputs()?;
     let valid = evaluate(
@@ -132,7 +142,8 @@ fn train_one(
     Ok(Outcome {
         model,
         valid,
-        seconds: start.elapsed().as_secs_f64(),
+        seconds,
+        steps_run: config.steps.saturating_sub(steps_done),
     })
 }
 
@@ -227,13 +238,18 @@ fn main() -> Result<(), TrainingError> {
         Command::Train { scheme, options } => {
             let outcome = train_one(scheme, &options, &args.out, device)?;
             let config = config_for(scheme, &options);
+            let workers = Strategy::new(options.devices, options.ddp).workers();
+            let rate = outcome.steps_run as f64 / outcome.seconds;
             println!(
-                "{}: valid accuracy {:.1} % (loss {:.3}) after {} steps in {:.1} s; saved to {}",
+                "{}: valid accuracy {:.1} % (loss {:.3}) after {} steps; {} steps in {:.1} s here \
+                 ({rate:.1} steps/s, {:.0} sequences/s on {workers} worker(s)); saved to {}",
                 scheme,
                 100.0 * outcome.valid.accuracy,
                 outcome.valid.loss,
                 config.steps,
+                outcome.steps_run,
                 outcome.seconds,
+                rate * (config.batch_size * workers) as f64,
                 args.out.join(scheme.to_string()).display()
             );
             println!(

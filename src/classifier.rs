@@ -52,10 +52,10 @@ impl SequenceClassifierConfig {
     ///
     /// As [`EncoderConfig::init`].
     pub fn init(&self, device: &Device) -> SequenceClassifier {
-        SequenceClassifier {
+        burn_positional::materialize(SequenceClassifier {
             encoder: self.encoder.init(device),
             head: LinearConfig::new(self.encoder.d_model, self.n_classes).init(device),
-        }
+        })
     }
 }
 

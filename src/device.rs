@@ -19,6 +19,9 @@ pub enum DeviceChoice {
     Ndarray,
     /// The flex CPU backend.
     Flex,
+    /// CUDA device 0 (built with the `cuda` feature).
+    #[cfg(feature = "cuda")]
+    Cuda,
 }
 
 impl FromStr for DeviceChoice {
@@ -30,8 +33,13 @@ impl FromStr for DeviceChoice {
             "wgpu" => Ok(Self::Wgpu),
             "ndarray" => Ok(Self::Ndarray),
             "flex" => Ok(Self::Flex),
+            #[cfg(feature = "cuda")]
+            "cuda" => Ok(Self::Cuda),
+            #[cfg(not(feature = "cuda"))]
+            "cuda" => Err("this build has no CUDA backend: build with --features cuda".into()),
             other => Err(format!(
-                "unknown device {other:?}: choose wgpu, ndarray or flex"
+                "unknown device {other:?}: choose wgpu, ndarray or flex (or cuda, in a build with \
+                 the cuda feature)"
             )),
         }
     }
@@ -44,6 +52,8 @@ impl fmt::Display for DeviceChoice {
             Self::Wgpu => "wgpu",
             Self::Ndarray => "ndarray",
             Self::Flex => "flex",
+            #[cfg(feature = "cuda")]
+            Self::Cuda => "cuda",
         })
     }
 }
@@ -106,6 +116,12 @@ pub fn open(choice: DeviceChoice) -> Result<OpenedDevice, String> {
             device: Device::flex(),
             description: "flex (CPU)".into(),
             is_gpu: false,
+        },
+        #[cfg(feature = "cuda")]
+        DeviceChoice::Cuda => OpenedDevice {
+            device: Device::cuda(0),
+            description: "CUDA device 0".into(),
+            is_gpu: true,
         },
     };
     Ok(opened)

@@ -81,7 +81,7 @@ impl EncoderConfig {
             panic!("{err}");
         }
         let block = checked.with_score_bias(None);
-        Encoder {
+        burn_positional::materialize(Encoder {
             embed: EmbeddingWithPositionConfig::new(self.vocab_size, self.d_model)
                 .with_scheme(self.scheme.clone())
                 .with_combine(self.combine.clone())
@@ -89,7 +89,7 @@ impl EncoderConfig {
             blocks: (0..self.n_blocks).map(|_| block.init(device)).collect(),
             score_bias: self.score_bias.as_ref().map(|bias| bias.init(device)),
             norm: LayerNormConfig::new(self.d_model).init(device),
-        }
+        })
     }
 }
 

@@ -16,9 +16,10 @@ use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::optim::AdamConfig;
 use burn::optim::lr_scheduler::constant::ConstantLr;
 use burn::prelude::*;
+use burn::tensor::distributed::{DistributedConfig, ReduceOperation};
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::logger::{EvaluationProgressLogger, TrainingProgressLogger};
-use burn::train::metric::{AccuracyMetric, LossMetric, MetricDefinition};
+use burn::train::metric::{AccuracyMetric, LossMetric, MetricDefinition, NumericEntry};
 use burn::train::renderer::{
     EvaluationName, MetricState, MetricsRenderer, MetricsRendererEvaluation,
     MetricsRendererTraining,
@@ -27,10 +28,7 @@ use burn::train::{ExecutionStrategy, Learner, MultiDeviceOptim, SupervisedTraini
 
 use crate::copy_back::{CopyBackBatch, CopyBackBatcher, CopyBackDataset};
 use crate::tagger::TokenTagger;
-use crate::training::TrainingConfig;
-
-/// Seed of the validation set, apart from the training set's.
-const VALID_SEED: u64 = 0x05EE_D0F7_A11D;
+use crate::training::{Metrics, TrainingConfig, TrainingError};
 
 /// The training set: `valid_every * batch_size * workers` sequences, so an epoch is
 /// `valid_every` optimizer steps whatever the number of workers (each takes `batch_size`).
@@ -45,16 +43,11 @@ pub fn train_loader(config: &TrainingConfig, workers: usize) -> Arc<dyn DataLoad
         .build(dataset)
 }
 
-/// The validation set, one batch.
+/// The validation set ([`TrainingConfig::valid_dataset`] at the task's length), one batch.
 pub fn valid_loader(config: &TrainingConfig) -> Arc<dyn DataLoader<CopyBackBatch>> {
-    let dataset = CopyBackDataset {
-        task: config.task.clone(),
-        len: config.valid_size,
-        seed: config.seed ^ VALID_SEED,
-    };
     DataLoaderBuilder::new(CopyBackBatcher { k: config.task.k })
         .batch_size(config.valid_size)
-        .build(dataset)
+        .build(config.valid_dataset(config.task.seq))
 }
 
 /// The last epoch with a complete checkpoint (model, optimizer and scheduler) in
@@ -81,127 +74,345 @@ pub fn last_checkpoint(dir: &Path) -> Option<usize> {
         .max()
 }
 
-/// Trains with burn-train on `workers` copies of `device` (made an autodiff device here): one
-/// worker is `ExecutionStrategy::SingleDevice`, more are `MultiDevice` with the optimizer on
-/// the first (flex has one device id, so its workers share it, as in burn's own data-split
-/// test). Adam at the config's learning rate; the workers' gradients are summed, which Adam's
-/// update does not feel. Checkpoints every epoch in `<dir>/checkpoint` and resumes from the
-/// last complete one. `renderer`: burn-train's default when `None` (its terminal dashboard
-/// when stdout is a terminal, plain lines otherwise). Returns the trained model, without
-/// autodiff.
+/// How `fit` spreads the training over devices: burn-train's execution strategies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// One device (`ExecutionStrategy::SingleDevice`).
+    Single,
+    /// `workers` threads on copies of the device, each on its own batches, their gradients
+    /// summed on the first (`ExecutionStrategy::MultiDevice` with `OptimMainDevice`). On flex,
+    /// which has one device id, the workers share it, as in burn's own data-split test.
+    MultiDevice {
+        /// Worker threads (at least 1).
+        workers: usize,
+    },
+    /// Distributed data parallel on CUDA devices `0..devices`: one worker per GPU, gradients
+    /// averaged by an all-reduce (NCCL) after every backward
+    /// (`ExecutionStrategy::ddp` with `ReduceOperation::Mean`). burn 0.22.1 implements the
+    /// all-reduce for CUDA only; `fit` refuses any other device with the reason.
+    Ddp {
+        /// GPUs (at least 1).
+        devices: usize,
+    },
+}
+
+impl Strategy {
+    /// The strategy for `devices` devices: one is `Single`, more are `MultiDevice` workers or,
+    /// with `ddp`, `Ddp`.
+    pub fn new(devices: usize, ddp: bool) -> Self {
+        match (devices, ddp) {
+            (_, true) => Self::Ddp { devices },
+            (1, false) => Self::Single,
+            (workers, false) => Self::MultiDevice { workers },
+        }
+    }
+
+    /// Batches taken per optimizer step: one per worker or device.
+    pub fn workers(&self) -> usize {
+        match *self {
+            Self::Single => 1,
+            Self::MultiDevice { workers } => workers,
+            Self::Ddp { devices } => devices,
+        }
+    }
+
+    /// burn-train's strategy on `device` (an autodiff device), or why it cannot run there.
+    fn execution(&self, device: Device) -> Result<ExecutionStrategy, TrainingError> {
+        if self.workers() == 0 {
+            return Err(TrainingError::Unsupported {
+                what: format!("{self:?} has no worker"),
+                fix: "pass --devices 1 or more".into(),
+            });
+        }
+        match *self {
+            Self::Single => Ok(ExecutionStrategy::single(device)),
+            Self::MultiDevice { workers } => Ok(ExecutionStrategy::multi(
+                vec![device; workers],
+                MultiDeviceOptim::OptimMainDevice,
+            )),
+            Self::Ddp { devices } => ddp_devices(&device, devices).map(|devices| {
+                let config = DistributedConfig {
+                    all_reduce_op: ReduceOperation::Mean,
+                };
+                ExecutionStrategy::ddp(devices, config)
+            }),
+        }
+    }
+}
+
+/// CUDA devices `0..n` (with autodiff) when `device` is CUDA device 0.
+#[cfg(feature = "cuda")]
+fn ddp_devices(device: &Device, n: usize) -> Result<Vec<Device>, TrainingError> {
+    if device.clone().without_autodiff() != Device::cuda(0) {
+        return Err(TrainingError::Unsupported {
+            what: format!(
+                "distributed data parallel needs CUDA devices (burn 0.22.1 implements its \
+                 all-reduce with NCCL on CUDA only), not {device:?}"
+            ),
+            fix: "pass --device cuda, or train on several workers without --ddp".into(),
+        });
+    }
+    Ok((0..n).map(|i| Device::cuda(i).autodiff()).collect())
+}
+
+/// Without the `cuda` feature there is no device DDP runs on.
+#[cfg(not(feature = "cuda"))]
+fn ddp_devices(device: &Device, _n: usize) -> Result<Vec<Device>, TrainingError> {
+    Err(TrainingError::Unsupported {
+        what: format!(
+            "distributed data parallel needs CUDA devices (burn 0.22.1 implements its \
+             all-reduce with NCCL on CUDA only); this build has no CUDA backend and the device \
+             is {device:?}"
+        ),
+        fix: "build with --features cuda and pass --device cuda, or train on several workers \
+              without --ddp"
+            .into(),
+    })
+}
+
+/// Where training reports to.
+pub enum Listener {
+    /// burn-train's default renderer: its terminal dashboard when stdout is a terminal, a line
+    /// per batch otherwise.
+    Dashboard,
+    /// A function called after every optimizer step and every validation.
+    Events(Box<dyn FnMut(&Event) + Send + Sync>),
+}
+
+impl Listener {
+    /// A line per epoch (`label epoch e/E, step s: train loss .., accuracy .. | valid loss ..,
+    /// accuracy .. | seconds since the start`), for logs and CI where burn-train's dashboard is
+    /// not wanted.
+    pub fn lines(label: impl Into<String>) -> Self {
+        let label = label.into();
+        let start = std::time::Instant::now();
+        Self::Events(Box::new(move |event| {
+            if let Event::Validated {
+                epoch,
+                epochs,
+                step,
+                train,
+                valid,
+            } = event
+            {
+                println!(
+                    "{label} epoch {epoch}/{epochs}, step {step}: train loss {:.4}, accuracy \
+                     {:.1} % | valid loss {:.4}, accuracy {:.1} % | {:.1} s",
+                    train.loss,
+                    100.0 * train.accuracy,
+                    valid.loss,
+                    100.0 * valid.accuracy,
+                    start.elapsed().as_secs_f64()
+                );
+            }
+        }))
+    }
+
+    /// Nothing: for tests.
+    pub fn silent() -> Self {
+        Self::Events(Box::new(|_| {}))
+    }
+}
+
+/// What a [`Listener::Events`] function hears.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Event {
+    /// An optimizer step: its number (from 1, counting the steps of a resumed run's
+    /// checkpoints) and the loss and accuracy on its batches (the workers' mean).
+    Step {
+        /// 1-based.
+        step: usize,
+        /// On this step's batches, before the update.
+        train: Metrics,
+    },
+    /// The end of an epoch: the epoch's mean training metrics and the validation set's.
+    Validated {
+        /// 1-based.
+        epoch: usize,
+        /// Of the whole run.
+        epochs: usize,
+        /// The last step of the epoch.
+        step: usize,
+        /// Mean over the epoch's steps.
+        train: Metrics,
+        /// On the validation set, after the epoch.
+        valid: Metrics,
+    },
+}
+
+/// Trains with burn-train on `device` (made an autodiff device here) under `strategy`: Adam at
+/// the config's learning rate (gradients summed over `MultiDevice` workers, which Adam's
+/// update does not feel; averaged under `Ddp`), loss and accuracy metrics, a checkpoint
+/// (model, optimizer, scheduler) every epoch in `<dir>/checkpoint`, resumed from the last
+/// complete one. Returns the trained model, without autodiff.
 ///
-/// # Panics
+/// Every parameter is drawn in `init` from the config's seed (see
+/// [`burn_positional::materialize`]), and the loaders do not shuffle, so a run is reproducible
+/// from its config as long as nothing else seeds or draws from the same device meanwhile.
 ///
-/// If `workers` is 0.
+/// # Errors
+///
+/// [`TrainingError::Unsupported`] for a strategy that cannot run on `device`.
 pub fn fit(
     config: &TrainingConfig,
     device: &Device,
-    workers: usize,
+    strategy: Strategy,
     dir: &Path,
-    renderer: Option<Box<dyn MetricsRenderer>>,
-) -> TokenTagger {
-    assert!(workers > 0, "workers must be at least 1");
+    listener: Listener,
+) -> Result<TokenTagger, TrainingError> {
     let device = device.clone().autodiff();
+    let execution = strategy.execution(device.clone())?;
     let model = config.init_model(&device);
     let epochs = config.steps.div_ceil(config.valid_every);
-    let strategy = if workers == 1 {
-        ExecutionStrategy::single(device)
-    } else {
-        ExecutionStrategy::multi(vec![device; workers], MultiDeviceOptim::OptimMainDevice)
-    };
     let learner = Learner::new(
         model,
         AdamConfig::new().init(),
         ConstantLr::new(config.learning_rate),
     );
-    let mut training =
-        SupervisedTraining::new(dir, train_loader(config, workers), valid_loader(config))
-            .with_training_strategy(strategy.into())
-            .num_epochs(epochs)
-            .metric_train_numeric(LossMetric::new())
-            .metric_valid_numeric(LossMetric::new())
-            .metric_train_numeric(AccuracyMetric::new())
-            .metric_valid_numeric(AccuracyMetric::new())
-            .with_default_checkpointers()
-            .with_checkpointing_strategy(KeepLastNCheckpoints::new(2))
-            .with_application_logger(None);
-    if let Some(renderer) = renderer {
-        training = training.renderer(renderer);
+    let mut training = SupervisedTraining::new(
+        dir,
+        train_loader(config, strategy.workers()),
+        valid_loader(config),
+    )
+    .with_training_strategy(execution.into())
+    .num_epochs(epochs)
+    .metric_train_numeric(LossMetric::new())
+    .metric_valid_numeric(LossMetric::new())
+    .metric_train_numeric(AccuracyMetric::new())
+    .metric_valid_numeric(AccuracyMetric::new())
+    .with_default_checkpointers()
+    .with_checkpointing_strategy(KeepLastNCheckpoints::new(2))
+    .with_application_logger(None);
+    if let Listener::Events(on_event) = listener {
+        training = training.renderer(Box::new(Recorder::new(
+            config.valid_every,
+            strategy.workers(),
+            on_event,
+        )));
     }
     if let Some(epoch) = last_checkpoint(dir) {
         training = training.checkpoint(epoch);
     }
-    training.launch(learner).model
+    Ok(training.launch(learner).model)
 }
 
-/// A renderer of one line per epoch (`label epoch e/E: train loss .. accuracy .. | valid loss
-/// .. accuracy ..`), for logs and terminals where burn-train's dashboard is not wanted.
-pub struct LineRenderer {
-    label: String,
+/// burn-train's renderer interface turned into [`Event`]s: burn-train reports every metric of
+/// every processed batch (one per worker) and the end of every split.
+struct Recorder {
+    steps_per_epoch: usize,
+    workers: usize,
+    on_event: Box<dyn FnMut(&Event) + Send + Sync>,
     names: HashMap<String, String>,
-    train: Vec<(String, String)>,
-    valid: Vec<(String, String)>,
-    split: String,
+    /// Loss and accuracy of the batches of the step being assembled.
+    pending: Vec<Metrics>,
+    /// The epoch's steps.
+    epoch_steps: Vec<Metrics>,
+    valid: Metrics,
+    in_valid: bool,
     epoch: usize,
     epochs: usize,
+    step: usize,
 }
 
-impl LineRenderer {
-    /// A renderer whose lines start with `label`. Epochs count from burn-train's starting
-    /// epoch (1, or the one after a resumed checkpoint).
-    pub fn new(label: impl Into<String>) -> Self {
+impl Recorder {
+    fn new(
+        steps_per_epoch: usize,
+        workers: usize,
+        on_event: Box<dyn FnMut(&Event) + Send + Sync>,
+    ) -> Self {
         Self {
-            label: label.into(),
+            steps_per_epoch,
+            workers,
+            on_event,
             names: HashMap::new(),
-            train: Vec::new(),
-            valid: Vec::new(),
-            split: String::new(),
+            pending: Vec::new(),
+            epoch_steps: Vec::new(),
+            valid: Metrics {
+                loss: f32::NAN,
+                accuracy: f32::NAN,
+            },
+            in_valid: false,
             epoch: 0,
             epochs: 0,
+            step: 0,
         }
     }
 
-    fn record(&mut self, valid: bool, state: MetricState) {
-        let MetricState::Numeric(entry, _) = state else {
-            return;
+    /// The per-batch value of a loss or accuracy entry: `(is_loss, value)`, accuracy as a
+    /// fraction (burn-train's is a percentage). burn-train sends a batch's mean as `Value` or
+    /// `Aggregated` (with the number of items), and at the end of an epoch the epoch's mean as
+    /// `Final`, which is not a batch and is skipped.
+    fn value(&self, state: &MetricState) -> Option<(bool, f32)> {
+        let MetricState::Numeric(entry, Some(numeric)) = state else {
+            return None;
         };
-        let id = format!("{:?}", entry.metric_id);
-        let name = self.names.get(&id).cloned().unwrap_or(id);
-        let values = if valid {
-            &mut self.valid
+        let value = match numeric {
+            NumericEntry::Value(value) => *value,
+            NumericEntry::Aggregated {
+                aggregated_value, ..
+            } => *aggregated_value,
+            NumericEntry::Final(_) => return None,
+        };
+        let name = self.names.get(&format!("{:?}", entry.metric_id))?;
+        if name.contains("Loss") {
+            Some((true, value as f32))
+        } else if name.contains("Accuracy") {
+            Some((false, value as f32 / 100.0))
         } else {
-            &mut self.train
-        };
-        match values.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, value)) => *value = entry.serialized_entry.formatted,
-            None => values.push((name, entry.serialized_entry.formatted)),
+            None
         }
     }
 
-    fn line(values: &[(String, String)]) -> String {
-        values
-            .iter()
-            .map(|(name, value)| format!("{name} {value}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+    fn mean(metrics: &[Metrics]) -> Metrics {
+        let n = metrics.len().max(1) as f32;
+        Metrics {
+            loss: metrics.iter().map(|m| m.loss).sum::<f32>() / n,
+            accuracy: metrics.iter().map(|m| m.accuracy).sum::<f32>() / n,
+        }
     }
 }
 
-impl MetricsRendererTraining for LineRenderer {
+impl MetricsRendererTraining for Recorder {
     fn update_train(&mut self, state: MetricState) {
-        self.record(false, state);
+        // Loss comes first for each batch (registered first), then accuracy.
+        match self.value(&state) {
+            Some((true, loss)) => self.pending.push(Metrics {
+                loss,
+                accuracy: f32::NAN,
+            }),
+            Some((false, accuracy)) => {
+                if let Some(last) = self.pending.last_mut() {
+                    last.accuracy = accuracy;
+                }
+                if self.pending.len() == self.workers {
+                    let train = Self::mean(&self.pending);
+                    self.pending.clear();
+                    self.step += 1;
+                    self.epoch_steps.push(train);
+                    (self.on_event)(&Event::Step {
+                        step: self.step,
+                        train,
+                    });
+                }
+            }
+            None => {}
+        }
     }
 
     fn update_valid(&mut self, state: MetricState) {
-        self.record(true, state);
+        match self.value(&state) {
+            Some((true, loss)) => self.valid.loss = loss,
+            Some((false, accuracy)) => self.valid.accuracy = accuracy,
+            None => {}
+        }
     }
 }
 
-impl MetricsRendererEvaluation for LineRenderer {
+impl MetricsRendererEvaluation for Recorder {
     fn update_test(&mut self, _name: EvaluationName, _state: MetricState) {}
 }
 
-impl TrainingProgressLogger for LineRenderer {
+impl TrainingProgressLogger for Recorder {
     fn start(
         &mut self,
         epochs: usize,
@@ -211,26 +422,27 @@ impl TrainingProgressLogger for LineRenderer {
     ) {
         self.epochs = epochs;
         self.epoch = starting_epoch;
+        self.step = (starting_epoch - 1) * self.steps_per_epoch;
     }
 
     fn update_epoch(&mut self, _epoch: usize) {}
 
     fn start_split(&mut self, split: &str, _total_items: usize) {
-        self.split = split.to_string();
+        self.in_valid = split.to_ascii_lowercase().contains("valid");
     }
 
     fn update_split(&mut self, _items_processed: usize) {}
 
     fn end_split(&mut self) {
-        if self.split.to_ascii_lowercase().contains("valid") {
-            println!(
-                "{} epoch {}/{}: train {} | valid {}",
-                self.label,
-                self.epoch,
-                self.epochs,
-                Self::line(&self.train),
-                Self::line(&self.valid)
-            );
+        if self.in_valid {
+            (self.on_event)(&Event::Validated {
+                epoch: self.epoch,
+                epochs: self.epochs,
+                step: self.step,
+                train: Self::mean(&self.epoch_steps),
+                valid: self.valid,
+            });
+            self.epoch_steps.clear();
             self.epoch += 1;
         }
     }
@@ -240,7 +452,7 @@ impl TrainingProgressLogger for LineRenderer {
     fn log_event_training(&mut self, _event: String) {}
 }
 
-impl EvaluationProgressLogger for LineRenderer {
+impl EvaluationProgressLogger for Recorder {
     fn start_global_progress(&mut self, _total_tests: usize) {}
     fn start_test(&mut self, _name: &str, _total_items: usize) {}
     fn update_test_progress(&mut self, _items_processed: usize) {}
@@ -249,7 +461,7 @@ impl EvaluationProgressLogger for LineRenderer {
     fn log_event_evaluation(&mut self, _event: String) {}
 }
 
-impl MetricsRenderer for LineRenderer {
+impl MetricsRenderer for Recorder {
     fn manual_close(&mut self) {}
 
     fn register_metric(&mut self, definition: MetricDefinition) {

@@ -50,10 +50,10 @@ impl TokenTaggerConfig {
             d_model,
             ..
         } = self.encoder;
-        TokenTagger {
+        burn_positional::materialize(TokenTagger {
             encoder: self.encoder.init(device),
             head: LinearConfig::new(d_model, vocab_size).init(device),
-        }
+        })
     }
 }
 

@@ -1,27 +1,17 @@
-//! Training a [`TokenTagger`] on [`CopyBackConfig`]: the loop behind `examples/train_positions.rs`
-//! and the training tests.
-//!
-//! A plain loop: every step that matters for positional tables (freezing the token table,
-//! starting a learned table from the sinusoidal one, the checkpoint and resume) is a line here
-//! a reader can see and change. The same models also run under burn-train: [`TokenTagger`] and
-//! [`SequenceClassifier`](crate::classifier::SequenceClassifier) implement its `TrainStep` and
-//! `InferenceStep`, [`CopyBackDataset`](crate::copy_back::CopyBackDataset) and
-//! [`CopyBackBatcher`](crate::copy_back::CopyBackBatcher) feed its data loaders, and
-//! `tests/multi_device.rs` trains them with `SupervisedTraining` on one device and on two
-//! workers (`ExecutionStrategy::MultiDevice`).
-//!
-//! Checkpoints are burn's own records: `model.bpk` (the model), `optimizer.bpk` (Adam's
-//! moments), `state.json` (the step) and `config.json` (this config). Batches are drawn from
-//! `seed` and the step number, so a resumed run sees the batches an uninterrupted one would.
+//! What a training run of a [`TokenTagger`] on [`CopyBackConfig`] is made of: its config
+//! (saved as `config.json` beside the model), its metrics, saving and loading a trained model.
+//! The training itself runs on burn-train: [`crate::learner::fit`].
 
 use std::path::{Path, PathBuf};
 
 use burn::module::Module;
-use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
 use burn::store::RecordError;
 
-use crate::copy_back::{CopyBackBatch, CopyBackConfig};
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::Dataset;
+
+use crate::copy_back::{CopyBackBatch, CopyBackBatcher, CopyBackConfig, CopyBackDataset};
 use crate::tagger::{TokenTagger, TokenTaggerConfig};
 use crate::{PositionError, read_record};
 
@@ -69,6 +59,14 @@ pub enum TrainingError {
         /// What burn reported.
         error: RecordError,
     },
+    /// The run's settings cannot run where it was asked to.
+    #[error("{what}. Fix: {fix}")]
+    Unsupported {
+        /// What cannot run, and why.
+        what: String,
+        /// How to run it.
+        fix: String,
+    },
     /// A file could not be written or read.
     #[error("{path}: {error}")]
     Io {
@@ -79,12 +77,8 @@ pub enum TrainingError {
     },
 }
 
-/// Where a checkpoint stands (`state.json`).
-#[derive(Config, Debug)]
-pub struct CheckpointState {
-    /// The last step whose update the checkpoint holds.
-    pub step: usize,
-}
+/// Seed of the validation set, apart from the training set's.
+const VALID_SEED: u64 = 0x05EE_D0F7_A11D;
 
 /// Loss and accuracy on one set.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -95,29 +89,28 @@ pub struct Metrics {
     pub accuracy: f32,
 }
 
-/// What one step reports.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepReport {
-    /// 1-based step number.
-    pub step: usize,
-    /// On this step's batch, before the update.
-    pub train: Metrics,
-    /// On the validation set, every `valid_every` steps and at the last step.
-    pub valid: Option<Metrics>,
-}
-
 impl TrainingConfig {
-    /// The validation set: fixed by the seed, never trained on.
-    pub fn valid_batch(&self, seq: usize, device: &Device) -> CopyBackBatch {
-        self.task
-            .batch(self.valid_size, seq, self.seed ^ 0x05EE_D0F7_A11D, device)
+    /// The validation set at length `seq`: `valid_size` sequences fixed by the seed, never
+    /// trained on. At the task's length it is the set burn-train validates on
+    /// ([`crate::learner::valid_loader`]).
+    pub fn valid_dataset(&self, seq: usize) -> CopyBackDataset {
+        CopyBackDataset {
+            task: CopyBackConfig {
+                seq,
+                ..self.task.clone()
+            },
+            len: self.valid_size,
+            seed: self.seed ^ VALID_SEED,
+        }
     }
 
-    /// The batch of `step`.
-    fn train_batch(&self, step: usize, device: &Device) -> CopyBackBatch {
-        let seed = self.seed.wrapping_mul(1_000_003).wrapping_add(step as u64);
-        self.task
-            .batch(self.batch_size, self.task.seq, seed, device)
+    /// [`valid_dataset`](Self::valid_dataset) as one batch on `device`.
+    pub fn valid_batch(&self, seq: usize, device: &Device) -> CopyBackBatch {
+        let dataset = self.valid_dataset(seq);
+        let items = (0..dataset.len())
+            .map(|i| dataset.get(i).expect("in range"))
+            .collect();
+        CopyBackBatcher { k: self.task.k }.batch(items, device)
     }
 
     /// A fresh model for this config, token table frozen if asked.
@@ -187,70 +180,4 @@ pub fn load_model(
         .and_then(|record| config.model.init(device).try_load_record(record))
         .map_err(record_err(&path))?;
     Ok((config, model))
-}
-
-/// Trains from scratch, or from the checkpoint in `checkpoint` when it holds one, for the
-/// config's number of steps, writing a checkpoint there every `valid_every` steps. Calls
-/// `on_step` after every step. Returns the trained model (without autodiff).
-///
-/// `device` should be an autodiff device.
-pub fn train(
-    config: &TrainingConfig,
-    device: &Device,
-    checkpoint: Option<&Path>,
-    mut on_step: impl FnMut(&StepReport),
-) -> Result<TokenTagger, TrainingError> {
-    let mut model = config.init_model(device);
-    let mut optim = AdamConfig::new().init();
-    let mut first_step = 1;
-    if let Some(dir) = checkpoint.filter(|dir| dir.join("state.json").exists()) {
-        // Read into memory: this checkpoint's files are overwritten as training goes on.
-        let path = dir.join("model.bpk");
-        model = read_record(&path)
-            .and_then(|record| model.try_load_record(record))
-            .map_err(record_err(&path))?;
-        let path = dir.join("optimizer.bpk");
-        let bytes = std::fs::read(&path).map_err(io_err(&path))?;
-        optim = optim
-            .from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
-            .map_err(record_err(&path))?;
-        let path = dir.join("state.json");
-        let state = CheckpointState::load(&path).map_err(|e| TrainingError::Io {
-            path: path.clone(),
-            error: e.to_string(),
-        })?;
-        first_step = state.step + 1;
-    }
-    let valid = config.valid_batch(config.task.seq, device);
-    for step in first_step..=config.steps {
-        let batch = config.train_batch(step, device);
-        // No read in the embedding: bad ids would be NaN, named by the check below.
-        let (loss, accuracy) = model.loss_and_accuracy(batch.ids, batch.answers, config.task.k);
-        let train = Metrics {
-            loss: loss.clone().into_scalar::<f32>(),
-            accuracy,
-        };
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        model = optim.step(config.learning_rate, model, grads);
-        let report_valid = step % config.valid_every == 0 || step == config.steps;
-        if report_valid {
-            model.encoder.embed.check_inputs()?;
-        }
-        let valid = if report_valid {
-            Some(evaluate(&model.valid(), &valid, config.task.k)?)
-        } else {
-            None
-        };
-        if let (Some(dir), true) = (checkpoint, report_valid) {
-            save_model(&model, config, dir)?;
-            let path = dir.join("optimizer.bpk");
-            optim.save(&path).map_err(record_err(&path))?;
-            let path = dir.join("state.json");
-            CheckpointState::new(step)
-                .save(&path)
-                .map_err(io_err(&path))?;
-        }
-        on_step(&StepReport { step, train, valid });
-    }
-    Ok(model.valid())
 }

@@ -5,11 +5,11 @@ use burn::prelude::*;
 use burn_positional::{AbsolutePosition, LearnedConfig};
 use burn_positional_examples::copy_back::CopyBackConfig;
 use burn_positional_examples::encoder::EncoderConfig;
-use burn_positional_examples::learner::{LineRenderer, fit, last_checkpoint};
+use burn_positional_examples::learner::{Event, Listener, Strategy, fit, last_checkpoint};
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional_examples::training::{TrainingConfig, evaluate};
 
-/// Building a model seeds flex's one random generator and draws lazily: tests that build
+/// Building a model seeds flex's one random generator, shared by every thread: tests that build
 /// models at the same time would draw from each other's stream. One at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -51,27 +51,30 @@ fn resumed_run_ends_where_an_uninterrupted_one_does() {
     let straight = fit(
         &config,
         &device,
-        1,
+        Strategy::Single,
         &dir.path().join("straight"),
-        Some(Box::new(LineRenderer::new("straight"))),
-    );
+        Listener::lines("straight"),
+    )
+    .unwrap();
     // Stopped after the first epoch, then resumed with the full budget.
     let resumed_dir = dir.path().join("resumed");
     fit(
         &config.clone().with_steps(3),
         &device,
-        1,
+        Strategy::Single,
         &resumed_dir,
-        Some(Box::new(LineRenderer::new("first half"))),
-    );
+        Listener::lines("first half"),
+    )
+    .unwrap();
     assert_eq!(last_checkpoint(&resumed_dir), Some(1));
     let resumed = fit(
         &config,
         &device,
-        1,
+        Strategy::Single,
         &resumed_dir,
-        Some(Box::new(LineRenderer::new("resumed"))),
-    );
+        Listener::lines("resumed"),
+    )
+    .unwrap();
     assert_eq!(last_checkpoint(&resumed_dir), Some(2));
     let difference = max_abs_diff(&table(&resumed), &table(&straight));
     assert!(difference < 1e-5, "the resumed run differs by {difference}");
@@ -86,10 +89,11 @@ fn two_workers_learn_the_task() {
     let model = fit(
         &config,
         &device,
-        2,
+        Strategy::MultiDevice { workers: 2 },
         dir.path(),
-        Some(Box::new(LineRenderer::new("two workers"))),
-    );
+        Listener::lines("two workers"),
+    )
+    .unwrap();
     let valid = evaluate(
         &model,
         &config.valid_batch(config.task.seq, &device),
@@ -102,4 +106,96 @@ fn two_workers_learn_the_task() {
         "valid accuracy {} after 120 steps on two workers",
         valid.accuracy
     );
+}
+
+/// The events a listener hears: every step once, numbered from 1 (from the checkpoint's step
+/// after a resume), and a validation at the end of every epoch, after its last step.
+#[test]
+fn listener_hears_every_step_and_every_validation() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let device = Device::flex();
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config().with_steps(6).with_valid_every(3);
+    let run = |config: &TrainingConfig, strategy| {
+        let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let listener = Listener::Events(Box::new(move |event: &Event| {
+            sink.lock().unwrap().push(*event);
+        }));
+        let model = fit(config, &device, strategy, dir.path(), listener).unwrap();
+        let events = events.lock().unwrap().clone();
+        (model, events)
+    };
+    let summary = |events: &[Event]| -> Vec<String> {
+        events
+            .iter()
+            .map(|event| match event {
+                Event::Step { step, train } => {
+                    assert!(train.loss.is_finite() && (0.0..=1.0).contains(&train.accuracy));
+                    format!("step {step}")
+                }
+                Event::Validated {
+                    epoch, step, valid, ..
+                } => {
+                    assert!(valid.loss.is_finite() && (0.0..=1.0).contains(&valid.accuracy));
+                    format!("valid {epoch} at {step}")
+                }
+            })
+            .collect()
+    };
+    let (model, first) = run(&config.clone().with_steps(3), Strategy::Single);
+    assert_eq!(
+        summary(&first),
+        ["step 1", "step 2", "step 3", "valid 1 at 3"]
+    );
+    // The validation the listener heard is the model's on the validation set.
+    let Some(Event::Validated { valid, .. }) = first.last() else {
+        unreachable!()
+    };
+    let direct = evaluate(
+        &model,
+        &config.valid_batch(config.task.seq, &device),
+        config.task.k,
+    )
+    .unwrap();
+    assert!(
+        (valid.loss - direct.loss).abs() < 1e-4 && (valid.accuracy - direct.accuracy).abs() < 1e-4,
+        "heard {valid:?}, measured {direct:?}"
+    );
+    // Resumed after epoch 1, on two workers: one event per step, not per worker.
+    let (_, resumed) = run(&config, Strategy::MultiDevice { workers: 2 });
+    assert_eq!(
+        summary(&resumed),
+        ["step 4", "step 5", "step 6", "valid 2 at 6"]
+    );
+}
+
+/// DDP is refused with the reason where burn has no all-reduce (everywhere but CUDA).
+#[test]
+fn ddp_off_cuda_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = fit(
+        &tiny_config(),
+        &Device::flex(),
+        Strategy::Ddp { devices: 2 },
+        dir.path(),
+        Listener::silent(),
+    )
+    .err()
+    .expect("flex has no all-reduce");
+    let message = err.to_string();
+    assert!(
+        message.contains("CUDA") && message.contains("Fix:"),
+        "{message}"
+    );
+    let err = fit(
+        &tiny_config(),
+        &Device::flex(),
+        Strategy::MultiDevice { workers: 0 },
+        dir.path(),
+        Listener::silent(),
+    )
+    .err()
+    .expect("no worker");
+    assert!(err.to_string().contains("--devices 1"), "{err}");
 }

@@ -3,11 +3,10 @@
 
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
-use burn::train::renderer::MetricsRenderer;
 use burn_positional::{AbsolutePosition, LearnedConfig, LearnedInit, SinusoidalConfig};
 use burn_positional_examples::copy_back::CopyBackConfig;
 use burn_positional_examples::encoder::EncoderConfig;
-use burn_positional_examples::learner::{self, LineRenderer};
+use burn_positional_examples::learner::{self, Listener, Strategy};
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional_examples::training::{self, TrainingConfig};
 
@@ -78,18 +77,27 @@ pub fn save_reload_and_resume(device: &Device) {
     let device = &device.clone().without_autodiff();
     let dir = tempfile::tempdir().unwrap();
     let config = tiny_config().with_steps(4).with_valid_every(2);
-    let quiet = || Some(Box::new(LineRenderer::new("resume test")) as Box<dyn MetricsRenderer>);
-    let straight = learner::fit(&config, device, 1, &dir.path().join("straight"), quiet());
+    let quiet = || Listener::lines("resume test");
+    let single = Strategy::Single;
+    let straight = learner::fit(
+        &config,
+        device,
+        single,
+        &dir.path().join("straight"),
+        quiet(),
+    )
+    .unwrap();
     let resumed_dir = dir.path().join("resumed");
     learner::fit(
         &config.clone().with_steps(2),
         device,
-        1,
+        single,
         &resumed_dir,
         quiet(),
-    );
+    )
+    .unwrap();
     assert_eq!(learner::last_checkpoint(&resumed_dir), Some(1));
-    let resumed = learner::fit(&config, device, 1, &resumed_dir, quiet());
+    let resumed = learner::fit(&config, device, single, &resumed_dir, quiet()).unwrap();
     assert_eq!(
         learner::last_checkpoint(&resumed_dir),
         Some(2),

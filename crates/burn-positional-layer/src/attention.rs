@@ -1,5 +1,6 @@
 //! The self-attention block, its inputs, its cache and its score biases.
 
+use crate::materialize::materialize;
 use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::nn::transformer::{PositionWiseFeedForward, PositionWiseFeedForwardConfig};
@@ -447,7 +448,7 @@ impl SelfAttentionConfig {
                 .with_epsilon(self.norm_eps)
                 .init(device)
         };
-        Ok(SelfAttention {
+        Ok(materialize(SelfAttention {
             norm_attention: norm(),
             query: linear(d_model, d_model),
             key: linear(d_model, d_model),
@@ -462,7 +463,7 @@ impl SelfAttentionConfig {
             causal: self.causal,
             rope: self.rope.as_ref().map(|rope| rope.init(device)),
             score_bias: self.score_bias.as_ref().map(|bias| bias.init(device)),
-        })
+        }))
     }
 
     /// Builds the block.

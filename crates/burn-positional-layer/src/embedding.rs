@@ -207,6 +207,9 @@ impl EmbeddingWithPositionConfig {
         let mut tokens = self
             .token_initializer
             .init([self.vocab_size, d_token], device);
+        // Drawn here, before the position table, so a seed then `init` fixes both (see
+        // `materialize`).
+        let _ = tokens.base();
         if let Some(idx) = self.padding_idx {
             // The padding row starts at zero; the output mask keeps its gradient at zero.
             let zero_row = Tensor::zeros([1, d_token], device);

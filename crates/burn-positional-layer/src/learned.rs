@@ -4,6 +4,7 @@
 //!
 //! The table has no row past `max_len - 1`; asking for one is an error, never a silent read.
 
+use crate::materialize::materialize;
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
@@ -90,7 +91,7 @@ impl LearnedConfig {
                 Param::from_data(TensorData::new(rows, [self.max_len, d_position]), device)
             }
         };
-        LearnedPosition { table }
+        materialize(LearnedPosition { table })
     }
 }
 

@@ -28,6 +28,7 @@ mod cache;
 mod embedding;
 mod error;
 mod learned;
+mod materialize;
 mod rope;
 mod scheme;
 mod sinusoidal;
@@ -49,6 +50,7 @@ pub use embedding::{
 };
 pub use error::PositionError;
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
+pub use materialize::materialize;
 pub use rope::{Rope, RopeConfig, RopeLayout, rope_angles};
 pub use scheme::{AbsolutePosition, NoPosition, PositionSchemeConfig, Positions};
 pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_frequencies, sinusoid_rows};

@@ -5,6 +5,7 @@
 //! bucket, added to its scores. Share one [`T5Bias`] across layers (as T5 does) by computing the
 //! bias once and passing it to every block.
 
+use crate::materialize::materialize;
 use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay, Param};
 use burn::nn::Initializer;
@@ -158,13 +159,13 @@ impl T5BiasConfig {
         if let Err(err) = self.validate() {
             panic!("{err}");
         }
-        T5Bias {
+        materialize(T5Bias {
             table: self
                 .initializer
                 .init([self.num_buckets, self.n_heads], device),
             max_distance: self.max_distance,
             bidirectional: self.bidirectional,
-        }
+        })
     }
 }
 
