@@ -66,6 +66,19 @@ pub struct Encoder {
 }
 
 impl EncoderConfig {
+    /// Checks the embedding and the blocks (with the shared score bias as a block's own: the
+    /// head count must fit), naming the field, the value and the fix.
+    pub fn validate(&self) -> Result<(), PositionError> {
+        EmbeddingWithPositionConfig::new(self.vocab_size, self.d_model)
+            .with_scheme(self.scheme.clone())
+            .with_combine(self.combine.clone())
+            .validate()?;
+        SelfAttentionConfig::new(self.d_model, self.n_heads)
+            .with_rope(self.rope.clone())
+            .with_score_bias(self.score_bias.clone())
+            .validate()
+    }
+
     /// Builds the encoder.
     ///
     /// # Panics
@@ -97,7 +110,8 @@ impl EncoderConfig {
     /// This config with `scheme`'s parts in the embedding and in every block, learned tables
     /// `max_len` rows long. Set `d_model` and `n_heads` first: RoPE's width depends on them.
     pub fn with_position(self, scheme: Scheme, max_len: usize) -> Self {
-        let parts = scheme.parts(max_len, self.n_heads, self.d_model / self.n_heads);
+        // n_heads = 0 is refused by `validate`, not divided by here.
+        let parts = scheme.parts(max_len, self.n_heads, self.d_model / self.n_heads.max(1));
         Self {
             scheme: parts.embedding,
             rope: parts.rope,

@@ -26,6 +26,7 @@ use burn::train::renderer::{
 };
 use burn::train::{ExecutionStrategy, Learner, MultiDeviceOptim, SupervisedTraining};
 
+use crate::checkpoint::{PARTS, PartCheckpointer, RunRecord, last_complete_epoch};
 use crate::copy_back::{CopyBackBatch, CopyBackBatcher, CopyBackDataset};
 use crate::tagger::TokenTagger;
 use crate::training::{Metrics, TrainingConfig, TrainingError};
@@ -51,27 +52,9 @@ pub fn valid_loader(config: &TrainingConfig) -> Arc<dyn DataLoader<CopyBackBatch
 }
 
 /// The last epoch with a complete checkpoint (model, optimizer and scheduler) in
-/// `<dir>/checkpoint`, as burn-train's file checkpointer names them.
+/// `<dir>/checkpoint`, as burn-train names them (see [`crate::checkpoint`]).
 pub fn last_checkpoint(dir: &Path) -> Option<usize> {
-    let entries = std::fs::read_dir(dir.join("checkpoint")).ok()?;
-    entries
-        .filter_map(|entry| {
-            let name = entry.ok()?.file_name().into_string().ok()?;
-            let epoch: usize = name
-                .strip_prefix("model-")?
-                .strip_suffix(".bpk")?
-                .parse()
-                .ok()?;
-            ["optim", "scheduler"]
-                .iter()
-                .all(|part| {
-                    dir.join("checkpoint")
-                        .join(format!("{part}-{epoch}.bpk"))
-                        .exists()
-                })
-                .then_some(epoch)
-        })
-        .max()
+    last_complete_epoch(&dir.join("checkpoint"))
 }
 
 /// How `fit` spreads the training over devices: burn-train's execution strategies.
@@ -246,13 +229,21 @@ pub enum Event {
 /// (model, optimizer, scheduler) every epoch in `<dir>/checkpoint`, resumed from the last
 /// complete one. Returns the trained model, without autodiff.
 ///
+/// Crash-safe: every checkpoint part is written whole or not at all (burn-pack's scratch file
+/// and rename; [`PartCheckpointer`]),
+/// an epoch is resumed only when all its parts exist, and `<dir>/run.json` records the
+/// settings the checkpoints were made with: a resume with other settings (other than a larger
+/// step budget) is refused with the differences named.
+///
 /// Every parameter is drawn in `init` from the config's seed (see
 /// [`burn_positional::materialize`]), and the loaders do not shuffle, so a run is reproducible
 /// from its config as long as nothing else seeds or draws from the same device meanwhile.
 ///
 /// # Errors
 ///
-/// [`TrainingError::Unsupported`] for a strategy that cannot run on `device`.
+/// [`TrainingError::Position`] for an invalid config ([`TrainingConfig::validate`]),
+/// [`TrainingError::Unsupported`] for a strategy that cannot run on `device` or a resume with
+/// other settings, [`TrainingError::Io`] when the folder cannot be written.
 pub fn fit(
     config: &TrainingConfig,
     device: &Device,
@@ -260,37 +251,113 @@ pub fn fit(
     dir: &Path,
     listener: Listener,
 ) -> Result<TokenTagger, TrainingError> {
+    config.validate()?;
+    let model = config.init_model(&device.clone().autodiff());
+    fit_from(config, model, device, strategy, dir, listener)
+}
+
+/// [`fit`] from a given starting model (built on `device.clone().autodiff()` from
+/// `config.model`, with the token table frozen if the config says so) instead of one drawn
+/// from the config's seed: to continue from a trained model, or to start two runs from one
+/// draw whatever else draws from the device's random generator (flex has one generator for
+/// every thread of the process). A run resumed from a checkpoint replaces the model with the
+/// checkpoint's.
+///
+/// # Errors
+///
+/// As [`fit`].
+pub fn fit_from(
+    config: &TrainingConfig,
+    model: TokenTagger,
+    device: &Device,
+    strategy: Strategy,
+    dir: &Path,
+    listener: Listener,
+) -> Result<TokenTagger, TrainingError> {
+    config.validate()?;
+    let workers = strategy.workers();
+    if config
+        .valid_every
+        .checked_mul(config.batch_size)
+        .and_then(|n| n.checked_mul(workers))
+        .is_none()
+    {
+        return Err(TrainingError::Unsupported {
+            what: format!(
+                "{workers} workers of {} steps of {} sequences per epoch overflow a usize",
+                config.valid_every, config.batch_size
+            ),
+            fix: "use fewer workers, or the default valid_every and batch_size".into(),
+        });
+    }
     let device = device.clone().autodiff();
     let execution = strategy.execution(device.clone())?;
-    let model = config.init_model(&device);
+    let checkpoint_dir = dir.join("checkpoint");
+    let run = RunRecord {
+        config: config.clone(),
+        workers,
+    };
+    let resume = last_checkpoint(dir);
+    let run_path = dir.join("run.json");
+    match (resume, run_path.exists()) {
+        (Some(epoch), true) => run.check_resume(
+            &RunRecord::load(&run_path)?,
+            epoch * config.valid_every,
+            dir,
+        )?,
+        (Some(_), false) => {
+            return Err(TrainingError::Unsupported {
+                what: format!(
+                    "{} holds checkpoints but no run.json saying what they were made with",
+                    checkpoint_dir.display()
+                ),
+                fix: "start fresh (--fresh, or delete the folder)".into(),
+            });
+        }
+        (None, _) => {}
+    }
+    std::fs::create_dir_all(&checkpoint_dir).map_err(|error| TrainingError::Io {
+        path: checkpoint_dir.clone(),
+        error: error.to_string(),
+    })?;
+    // Leftovers of writes a crash interrupted: never renamed into place, never read.
+    if let Ok(entries) = std::fs::read_dir(&checkpoint_dir) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".tmp") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    run.save(&run_path)?;
     let epochs = config.steps.div_ceil(config.valid_every);
     let learner = Learner::new(
         model,
         AdamConfig::new().init(),
         ConstantLr::new(config.learning_rate),
     );
-    let mut training = SupervisedTraining::new(
-        dir,
-        train_loader(config, strategy.workers()),
-        valid_loader(config),
-    )
-    .with_training_strategy(execution.into())
-    .num_epochs(epochs)
-    .metric_train_numeric(LossMetric::new())
-    .metric_valid_numeric(LossMetric::new())
-    .metric_train_numeric(AccuracyMetric::new())
-    .metric_valid_numeric(AccuracyMetric::new())
-    .with_default_checkpointers()
-    .with_checkpointing_strategy(KeepLastNCheckpoints::new(2))
-    .with_application_logger(None);
+    let mut training =
+        SupervisedTraining::new(dir, train_loader(config, workers), valid_loader(config))
+            .with_training_strategy(execution.into())
+            .num_epochs(epochs)
+            .metric_train_numeric(LossMetric::new())
+            .metric_valid_numeric(LossMetric::new())
+            .metric_train_numeric(AccuracyMetric::new())
+            .metric_valid_numeric(AccuracyMetric::new())
+            .with_custom_checkpointers(
+                PartCheckpointer::new(&checkpoint_dir, PARTS[0]),
+                PartCheckpointer::new(&checkpoint_dir, PARTS[1]),
+                PartCheckpointer::new(&checkpoint_dir, PARTS[2]),
+            )
+            .with_checkpointing_strategy(KeepLastNCheckpoints::new(2))
+            .with_application_logger(None);
     if let Listener::Events(on_event) = listener {
         training = training.renderer(Box::new(Recorder::new(
             config.valid_every,
-            strategy.workers(),
+            workers,
             on_event,
         )));
     }
-    if let Some(epoch) = last_checkpoint(dir) {
+    if let Some(epoch) = resume {
         training = training.checkpoint(epoch);
     }
     Ok(training.launch(learner).model)

@@ -1,12 +1,14 @@
 //! What the examples, benches and tests of `burn-positional` share (not published): choosing a
 //! device by name ([`device`]), every scheme by name ([`schemes`]), a task only order can
 //! solve ([`who_bites_whom`]) and a tiny model for it ([`classifier`]), the body both models
-//! share ([`encoder`]), the training example's task, model and loop ([`copy_back`],
-//! [`tagger`], [`training`]), and the measured properties ([`properties`]).
+//! share ([`encoder`]), the training example's task, model, config and run on burn-train
+//! ([`copy_back`], [`tagger`], [`training`], [`learner`], with crash-safe checkpoints in
+//! [`checkpoint`]), and the measured properties ([`properties`]).
 //!
 //! The library itself is the `burn-positional` crate; these modules use it exactly as a user's
 //! crate would.
 
+pub mod checkpoint;
 pub mod classifier;
 pub mod copy_back;
 pub mod device;
@@ -26,3 +28,12 @@ use burn_positional::*;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// Compile-time: the example models can be shared by threads and cloned into burn-train's
+/// workers.
+const _: () = {
+    const fn shared<T: Send + Sync + Clone + 'static>() {}
+    shared::<classifier::SequenceClassifier>();
+    shared::<encoder::Encoder>();
+    shared::<tagger::TokenTagger>();
+};

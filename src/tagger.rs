@@ -145,12 +145,24 @@ impl TrainStep for TokenTagger {
     }
 }
 
-/// One validation step for burn-train's `Learner`.
+/// One validation step for burn-train's `Learner`, and the embedding's deferred check: one read
+/// per validation batch names any bad token id or position of the training steps since the
+/// last check (their rows were NaN).
+///
+/// # Panics
+///
+/// With the embedding's error (the value, the limit and the fix) when a forward since the last
+/// check had a bad token id or position: burn-train's step cannot return an error, and
+/// training on NaN rows would only hide it.
 impl InferenceStep for TokenTagger {
     type Input = CopyBackBatch;
     type Output = ClassificationOutput;
 
     fn step(&self, batch: CopyBackBatch) -> ClassificationOutput {
-        self.classification(batch)
+        let output = self.classification(batch);
+        if let Err(err) = self.encoder.embed.check_inputs() {
+            panic!("{err}");
+        }
+        output
     }
 }

@@ -90,6 +90,95 @@ pub struct Metrics {
 }
 
 impl TrainingConfig {
+    /// Checks every size and rate of the run, the task and the model, before anything is built
+    /// or divided: a zero, a non-finite rate or a task the model cannot take gets an error that
+    /// names the field, the value, the rule and the fix.
+    pub fn validate(&self) -> Result<(), TrainingError> {
+        let invalid = |field, value: String, rule, fix: &str| {
+            Err(TrainingError::Position(PositionError::InvalidConfig {
+                field,
+                value,
+                rule,
+                fix: fix.into(),
+            }))
+        };
+        let positive = [
+            (
+                "TrainingConfig::steps",
+                self.steps,
+                "training needs a step",
+                "pass --steps 1 or more",
+            ),
+            (
+                "TrainingConfig::batch_size",
+                self.batch_size,
+                "a step needs a sequence",
+                "set it to 1 or more (32 by default)",
+            ),
+            (
+                "TrainingConfig::valid_every",
+                self.valid_every,
+                "an epoch is valid_every steps",
+                "set it to 1 or more (50 by default)",
+            ),
+            (
+                "TrainingConfig::valid_size",
+                self.valid_size,
+                "validation needs a sequence",
+                "set it to 1 or more (256 by default)",
+            ),
+            (
+                "CopyBackConfig::vocab_size",
+                self.task.vocab_size,
+                "tokens are drawn from 0..vocab_size",
+                "set it to 2 or more (16 by default)",
+            ),
+        ];
+        for (field, value, rule, fix) in positive {
+            if value == 0 {
+                return invalid(field, "0".into(), rule, fix);
+            }
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
+            return invalid(
+                "TrainingConfig::learning_rate",
+                self.learning_rate.to_string(),
+                "Adam needs a positive, finite step size",
+                "use a value such as 3e-3",
+            );
+        }
+        if self.task.k >= self.task.seq {
+            return invalid(
+                "CopyBackConfig::k",
+                self.task.k.to_string(),
+                "answers sit at positions k..seq, so k must be below seq",
+                &format!("choose k below seq = {}", self.task.seq),
+            );
+        }
+        if self.task.vocab_size > self.model.encoder.vocab_size {
+            return invalid(
+                "CopyBackConfig::vocab_size",
+                self.task.vocab_size.to_string(),
+                "the task must not draw ids the model has no row for",
+                &format!(
+                    "draw from at most the model's vocab_size = {}, or widen the model",
+                    self.model.encoder.vocab_size
+                ),
+            );
+        }
+        let sequences = self.valid_every.checked_mul(self.batch_size);
+        if sequences.is_none() {
+            return invalid(
+                "TrainingConfig::valid_every",
+                self.valid_every.to_string(),
+                "valid_every * batch_size sequences must fit in memory, let alone a usize",
+                "use the defaults (50 and 32)",
+            );
+        }
+        self.model.encoder.validate()?;
+        Ok(())
+    }
+
     /// The validation set at length `seq`: `valid_size` sequences fixed by the seed, never
     /// trained on. At the task's length it is the set burn-train validates on
     /// ([`crate::learner::valid_loader`]).

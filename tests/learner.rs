@@ -3,7 +3,7 @@
 
 use burn::prelude::*;
 use burn_positional::{AbsolutePosition, LearnedConfig};
-use burn_positional_examples::copy_back::CopyBackConfig;
+use burn_positional_examples::copy_back::{CopyBackBatch, CopyBackConfig};
 use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_examples::learner::{Event, Listener, Strategy, fit, last_checkpoint};
 use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
@@ -116,13 +116,13 @@ fn listener_hears_every_step_and_every_validation() {
     let device = Device::flex();
     let dir = tempfile::tempdir().unwrap();
     let config = tiny_config().with_steps(6).with_valid_every(3);
-    let run = |config: &TrainingConfig, strategy| {
+    let run = |config: &TrainingConfig, strategy, name: &str| {
         let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = events.clone();
         let listener = Listener::Events(Box::new(move |event: &Event| {
             sink.lock().unwrap().push(*event);
         }));
-        let model = fit(config, &device, strategy, dir.path(), listener).unwrap();
+        let model = fit(config, &device, strategy, &dir.path().join(name), listener).unwrap();
         let events = events.lock().unwrap().clone();
         (model, events)
     };
@@ -143,7 +143,7 @@ fn listener_hears_every_step_and_every_validation() {
             })
             .collect()
     };
-    let (model, first) = run(&config.clone().with_steps(3), Strategy::Single);
+    let (model, first) = run(&config.clone().with_steps(3), Strategy::Single, "one");
     assert_eq!(
         summary(&first),
         ["step 1", "step 2", "step 3", "valid 1 at 3"]
@@ -162,11 +162,26 @@ fn listener_hears_every_step_and_every_validation() {
         (valid.loss - direct.loss).abs() < 1e-4 && (valid.accuracy - direct.accuracy).abs() < 1e-4,
         "heard {valid:?}, measured {direct:?}"
     );
-    // Resumed after epoch 1, on two workers: one event per step, not per worker.
-    let (_, resumed) = run(&config, Strategy::MultiDevice { workers: 2 });
+    // Resumed after epoch 1: numbered on from the checkpoint.
+    let (_, resumed) = run(&config, Strategy::Single, "one");
     assert_eq!(
         summary(&resumed),
         ["step 4", "step 5", "step 6", "valid 2 at 6"]
+    );
+    // On two workers: one event per step, not per worker.
+    let (_, two) = run(&config, Strategy::MultiDevice { workers: 2 }, "two");
+    assert_eq!(
+        summary(&two),
+        [
+            "step 1",
+            "step 2",
+            "step 3",
+            "valid 1 at 3",
+            "step 4",
+            "step 5",
+            "step 6",
+            "valid 2 at 6"
+        ]
     );
 }
 
@@ -198,4 +213,173 @@ fn ddp_off_cuda_is_refused_with_the_reason() {
     .err()
     .expect("no worker");
     assert!(err.to_string().contains("--devices 1"), "{err}");
+}
+
+/// A task drawing ids the model has no row for is refused before training, by name.
+#[test]
+fn a_task_wider_than_the_model_is_refused_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = tiny_config();
+    config.task = config.task.clone().with_vocab_size(12);
+    let err = fit(
+        &config,
+        &Device::flex(),
+        Strategy::Single,
+        dir.path(),
+        Listener::silent(),
+    )
+    .err()
+    .expect("ids up to 11 with a vocabulary of 8");
+    let message = err.to_string();
+    assert!(
+        message.contains("CopyBackConfig::vocab_size") && message.contains("vocab_size = 8"),
+        "{message}"
+    );
+}
+
+/// burn-train's validation step runs the embedding's deferred check: a bad id in a training
+/// step (a NaN row there, no read) stops training at the next validation with its message.
+#[test]
+fn the_validation_step_names_a_bad_id_of_a_training_step() {
+    use burn::train::{InferenceStep, TrainStep};
+    let device = Device::flex().autodiff();
+    let config = tiny_config();
+    let model = config.model.init(&device);
+    // Id 11 at the last position, which is no answer (answers are the ids at 0..seq - k).
+    let ids = Tensor::<2, Int>::from_data([[1, 2, 3, 4, 5, 6, 7, 11]], &device);
+    let bad = CopyBackBatch {
+        answers: ids.clone().slice([0..1, 0..6]),
+        ids,
+    };
+    // The training step neither reads nor fails.
+    let _ = TrainStep::step(&model, bad);
+    let valid = config.valid_batch(config.task.seq, &device.clone().without_autodiff());
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = InferenceStep::step(&model.valid(), valid);
+    }))
+    .expect_err("the batch had ids past the vocabulary");
+    let message = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(
+        message.contains("token id") && message.contains("ids must be in 0..8"),
+        "{message}"
+    );
+}
+
+/// Zeros, overflowing sizes and a non-finite rate: each named before anything is built.
+#[test]
+fn bad_training_configs_are_refused_by_name() {
+    let cases: [(&str, TrainingConfig); 8] = [
+        ("TrainingConfig::steps", tiny_config().with_steps(0)),
+        (
+            "TrainingConfig::batch_size",
+            tiny_config().with_batch_size(0),
+        ),
+        (
+            "TrainingConfig::valid_every",
+            tiny_config().with_valid_every(0),
+        ),
+        (
+            "TrainingConfig::valid_size",
+            tiny_config().with_valid_size(0),
+        ),
+        (
+            "TrainingConfig::learning_rate",
+            tiny_config().with_learning_rate(f64::NAN),
+        ),
+        ("CopyBackConfig::k", {
+            let mut c = tiny_config();
+            c.task = c.task.clone().with_k(8);
+            c
+        }),
+        (
+            "TrainingConfig::valid_every",
+            tiny_config().with_valid_every(usize::MAX / 2),
+        ),
+        ("n_heads", {
+            let mut c = tiny_config();
+            c.model.encoder = c.model.encoder.clone().with_n_heads(0);
+            c
+        }),
+    ];
+    for (field, config) in cases {
+        let message = config.validate().expect_err(field).to_string();
+        assert!(
+            message.contains(field) && message.contains("Fix:"),
+            "{field}: {message}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let err = fit(
+        &tiny_config(),
+        &Device::flex(),
+        Strategy::MultiDevice {
+            workers: usize::MAX,
+        },
+        dir.path(),
+        Listener::silent(),
+    )
+    .err()
+    .expect("overflowing workers");
+    assert!(err.to_string().contains("overflow"), "{err}");
+}
+
+/// A resume with other settings is refused with the differences named; a larger step budget
+/// resumes, a smaller one than the checkpoint's is refused.
+#[test]
+fn a_resume_with_other_settings_is_refused_by_name() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let device = Device::flex();
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config().with_steps(4).with_valid_every(2);
+    fit(
+        &config,
+        &device,
+        Strategy::Single,
+        dir.path(),
+        Listener::silent(),
+    )
+    .unwrap();
+    assert_eq!(last_checkpoint(dir.path()), Some(2));
+    let refuse = |config: &TrainingConfig, strategy, expected: &[&str]| {
+        let message = fit(config, &device, strategy, dir.path(), Listener::silent())
+            .err()
+            .expect("other settings")
+            .to_string();
+        for part in expected {
+            assert!(message.contains(part), "{part:?} not in: {message}");
+        }
+        assert!(message.contains("--fresh"), "{message}");
+    };
+    refuse(
+        &config.clone().with_learning_rate(5e-3).with_seed(7),
+        Strategy::Single,
+        &[
+            "learning_rate: 0.01 in the checkpoint, 0.005 now",
+            "seed: 42 in the checkpoint, 7 now",
+        ],
+    );
+    refuse(
+        &config,
+        Strategy::MultiDevice { workers: 2 },
+        &["workers: 1 in the checkpoint, 2 now"],
+    );
+    refuse(
+        &config.clone().with_steps(2),
+        Strategy::Single,
+        &["already at step 4, past this run's 2"],
+    );
+    // A larger budget resumes.
+    fit(
+        &config.clone().with_steps(6),
+        &device,
+        Strategy::Single,
+        dir.path(),
+        Listener::silent(),
+    )
+    .unwrap();
+    assert_eq!(last_checkpoint(dir.path()), Some(3));
 }

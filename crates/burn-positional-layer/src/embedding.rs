@@ -148,6 +148,22 @@ impl EmbeddingWithPositionConfig {
                 "choose a positive width, such as 512",
             ));
         }
+        if self
+            .vocab_size
+            .checked_mul(self.d_model)
+            .is_none_or(|n| n > isize::MAX as usize / 8)
+        {
+            return Err(PositionError::InvalidConfig {
+                field: "vocab_size",
+                value: self.vocab_size.to_string(),
+                rule: "the token table (vocab_size * d_model values) must fit in memory",
+                fix: format!(
+                    "check the config: with d_model = {}, a vocabulary this large cannot be \
+                     stored",
+                    self.d_model
+                ),
+            });
+        }
         if let Combine::Concat {
             d_token,
             d_position,

@@ -65,6 +65,18 @@ impl LearnedConfig {
                 fix: "set max_len to the longest sequence the model will see".into(),
             });
         }
+        if self
+            .max_len
+            .checked_mul(d_position)
+            .is_none_or(|n| n > isize::MAX as usize / 8)
+        {
+            return Err(PositionError::InvalidConfig {
+                field: "LearnedConfig::max_len",
+                value: self.max_len.to_string(),
+                rule: "the table (max_len * d_position values) must fit in memory",
+                fix: "set max_len to the longest sequence the model will see".into(),
+            });
+        }
         if let LearnedInit::Sinusoidal { base } = self.init {
             SinusoidalConfig::new()
                 .with_base(base)

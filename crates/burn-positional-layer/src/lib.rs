@@ -56,3 +56,21 @@ pub use scheme::{AbsolutePosition, NoPosition, PositionSchemeConfig, Positions};
 pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_frequencies, sinusoid_rows};
 pub use status::KEPT_STATUSES;
 pub use t5_bias::{T5Bias, T5BiasConfig, t5_bucket};
+
+/// Compile-time: every public module can be shared by threads and cloned into workers (burn's
+/// data-parallel training clones the model onto each device's thread).
+const _: () = {
+    const fn shared<T: Send + Sync + Clone + 'static>() {}
+    shared::<EmbeddingWithPosition>();
+    shared::<SelfAttention>();
+    shared::<AbsolutePosition>();
+    shared::<NoPosition>();
+    shared::<SinusoidalPosition>();
+    shared::<LearnedPosition>();
+    shared::<T5Bias>();
+    shared::<Alibi>();
+    shared::<Rope>();
+    shared::<ScoreBias>();
+    shared::<KvCache>();
+    shared::<PositionError>();
+};
