@@ -274,3 +274,26 @@ fn mutated_configs_load_or_fail_cleanly() {
         tried.load(Ordering::Relaxed)
     );
 }
+
+/// Offsets at the end of `usize`: `offset + seq` must not overflow anywhere; each is the typed
+/// error, for learned and sinusoidal tables.
+#[test]
+fn offsets_near_usize_max_are_refused() {
+    let device = Device::flex();
+    let learned = module(&device);
+    let sinusoidal = EmbeddingWithPositionConfig::new(50, 16).init(&device);
+    for offset in [usize::MAX, usize::MAX - 1, usize::MAX - 3, 1 << 63] {
+        for embed in [&learned, &sinusoidal] {
+            let err = embed
+                .try_forward(
+                    Tensor::<2, Int>::ones([1, 3], &device),
+                    burn_positional::Positions::Offset(offset),
+                )
+                .expect_err("past every table");
+            assert!(
+                matches!(err, burn_positional::PositionError::OffsetTooLarge { .. }),
+                "offset {offset}: {err}"
+            );
+        }
+    }
+}

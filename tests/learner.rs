@@ -10,7 +10,8 @@ use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional_examples::training::{TrainingConfig, evaluate};
 
 /// Building a model seeds flex's one random generator, shared by every thread: tests that build
-/// models at the same time would draw from each other's stream. One at a time.
+/// models at the same time would draw from each other's stream. Every test here that builds a
+/// model takes this lock (the others fail before building one).
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn tiny_config() -> TrainingConfig {
@@ -242,6 +243,7 @@ fn a_task_wider_than_the_model_is_refused_before_training() {
 #[test]
 fn the_validation_step_names_a_bad_id_of_a_training_step() {
     use burn::train::{InferenceStep, TrainStep};
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let device = Device::flex().autodiff();
     let config = tiny_config();
     let model = config.model.init(&device);
