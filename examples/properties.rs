@@ -770,9 +770,16 @@ fn add_vs_concat(args: &Args, device: &Device, main_name: &str) -> Result<(), Tr
     Ok(())
 }
 
-fn main() -> Result<(), TrainingError> {
+fn main() {
     // SAFETY: first thing in `main`, before any thread starts.
     unsafe { burn_positional_examples::device::quiet_headless_vulkan() };
+    if let Err(err) = run() {
+        eprintln!("error: {err}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), TrainingError> {
     let args = Args::parse();
     let opened = open_or_cpu(args.device);
     let device = &opened.device;

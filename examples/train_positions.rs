@@ -216,9 +216,16 @@ impl From<FloatDtype> for FloatDType {
     }
 }
 
-fn main() -> Result<(), TrainingError> {
+fn main() {
     // SAFETY: first thing in `main`, before any thread starts.
     unsafe { burn_positional_examples::device::quiet_headless_vulkan() };
+    if let Err(err) = run() {
+        eprintln!("error: {err}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), TrainingError> {
     let args = Args::parse();
     let mut opened = open_or_cpu(args.device);
     if args.dtype != FloatDtype::F32 {
