@@ -251,9 +251,14 @@ pub fn fit(
     dir: &Path,
     listener: Listener,
 ) -> Result<TokenTagger, TrainingError> {
-    config.validate()?;
-    let model = config.init_model(&device.clone().autodiff());
-    fit_from(config, model, device, strategy, dir, listener)
+    launch(
+        config,
+        |device| config.init_model(device),
+        device,
+        strategy,
+        dir,
+        listener,
+    )
 }
 
 /// [`fit`] from a given starting model (built on `device.clone().autodiff()` from
@@ -269,6 +274,19 @@ pub fn fit(
 pub fn fit_from(
     config: &TrainingConfig,
     model: TokenTagger,
+    device: &Device,
+    strategy: Strategy,
+    dir: &Path,
+    listener: Listener,
+) -> Result<TokenTagger, TrainingError> {
+    launch(config, |_| model, device, strategy, dir, listener)
+}
+
+/// What [`fit`] and [`fit_from`] share: every check (config, strategy, resume) before the model
+/// is built by `model` on the autodiff device, then burn-train.
+fn launch(
+    config: &TrainingConfig,
+    model: impl FnOnce(&Device) -> TokenTagger,
     device: &Device,
     strategy: Strategy,
     dir: &Path,
@@ -329,6 +347,7 @@ pub fn fit_from(
         }
     }
     run.save(&run_path)?;
+    let model = model(&device);
     let epochs = config.steps.div_ceil(config.valid_every);
     let learner = Learner::new(
         model,

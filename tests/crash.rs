@@ -16,12 +16,8 @@ use std::time::{Duration, Instant};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::prelude::*;
-use burn_positional::LearnedConfig;
 use burn_positional_examples::checkpoint::{PARTS, write_atomic};
-use burn_positional_examples::copy_back::CopyBackConfig;
-use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_examples::learner::{Listener, Strategy, fit};
-use burn_positional_examples::tagger::TokenTaggerConfig;
 use burn_positional_examples::training::TrainingConfig;
 
 const CHILD_DIR: &str = "BURN_POSITIONAL_CRASH_CHILD_DIR";
@@ -31,21 +27,11 @@ const MIN_KILLS: usize = 30;
 const MAX_KILLS_PER_RUN: usize = 40;
 const BUDGET: Duration = Duration::from_secs(240);
 
+#[path = "support/tiny.rs"]
+mod tiny;
+
 fn config() -> TrainingConfig {
-    let task = CopyBackConfig::new()
-        .with_vocab_size(8)
-        .with_seq(8)
-        .with_k(2);
-    let encoder = EncoderConfig::new(8, LearnedConfig::new(8).into())
-        .with_d_model(16)
-        .with_n_heads(2)
-        .with_n_blocks(1);
-    TrainingConfig::new(TokenTaggerConfig::new(encoder), task)
-        .with_batch_size(8)
-        .with_valid_size(16)
-        .with_learning_rate(1e-2)
-        .with_steps(48)
-        .with_valid_every(2)
+    tiny::tiny_config().with_steps(48).with_valid_every(2)
 }
 
 struct Flatten(Vec<f32>);

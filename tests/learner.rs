@@ -2,11 +2,10 @@
 //! run resumed from a checkpoint ends where an uninterrupted one does, and two workers train.
 
 use burn::prelude::*;
-use burn_positional::{AbsolutePosition, LearnedConfig};
-use burn_positional_examples::copy_back::{CopyBackBatch, CopyBackConfig};
-use burn_positional_examples::encoder::EncoderConfig;
+use burn_positional::AbsolutePosition;
+use burn_positional_examples::copy_back::CopyBackBatch;
 use burn_positional_examples::learner::{Event, Listener, Strategy, fit, last_checkpoint};
-use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
+use burn_positional_examples::tagger::TokenTagger;
 use burn_positional_examples::training::{TrainingConfig, evaluate};
 
 /// Building a model seeds flex's one random generator, shared by every thread: tests that build
@@ -14,20 +13,9 @@ use burn_positional_examples::training::{TrainingConfig, evaluate};
 /// model takes this lock (the others fail before building one).
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn tiny_config() -> TrainingConfig {
-    let task = CopyBackConfig::new()
-        .with_vocab_size(8)
-        .with_seq(8)
-        .with_k(2);
-    let encoder = EncoderConfig::new(8, LearnedConfig::new(8).into())
-        .with_d_model(16)
-        .with_n_heads(2)
-        .with_n_blocks(1);
-    TrainingConfig::new(TokenTaggerConfig::new(encoder), task)
-        .with_batch_size(8)
-        .with_valid_size(16)
-        .with_learning_rate(1e-2)
-}
+#[path = "support/tiny.rs"]
+mod tiny;
+use tiny::tiny_config;
 
 fn table(model: &TokenTagger) -> Vec<f32> {
     let AbsolutePosition::Learned(table) = &model.encoder.embed.position else {

@@ -4,26 +4,15 @@
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
 use burn_positional::{AbsolutePosition, LearnedConfig, LearnedInit, SinusoidalConfig};
-use burn_positional_examples::copy_back::CopyBackConfig;
-use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_examples::learner::{self, Listener, Strategy};
-use burn_positional_examples::tagger::{TokenTagger, TokenTaggerConfig};
+use burn_positional_examples::tagger::TokenTagger;
 use burn_positional_examples::training::{self, TrainingConfig};
 
+#[path = "../support/tiny.rs"]
+mod tiny;
+
 fn tiny_config() -> TrainingConfig {
-    let task = CopyBackConfig::new()
-        .with_vocab_size(8)
-        .with_seq(8)
-        .with_k(2);
-    let encoder = EncoderConfig::new(8, LearnedConfig::new(8).into())
-        .with_d_model(16)
-        .with_n_heads(2)
-        .with_n_blocks(1);
-    let model = TokenTaggerConfig::new(encoder);
-    TrainingConfig::new(model, task)
-        .with_batch_size(8)
-        .with_valid_size(8)
-        .with_learning_rate(1e-2)
+    tiny::tiny_config().with_valid_size(8)
 }
 
 fn table(model: &TokenTagger) -> TensorData {
