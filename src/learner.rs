@@ -1,12 +1,13 @@
 //! Training a [`TokenTagger`] on the copy-back task with burn-train: `SupervisedTraining`,
-//! its metrics, checkpointer and execution strategies (one device, or several workers with
-//! `ExecutionStrategy::MultiDevice`).
+//! its metrics, checkpointer and execution strategies (one device, several workers with
+//! `ExecutionStrategy::MultiDevice`, or DDP on CUDA devices).
 //!
 //! An epoch is `valid_every` optimizer steps over a fixed training set (burn-train's data
 //! loader repeats one dataset every epoch), followed by a validation pass and a checkpoint
 //! (model, optimizer, scheduler) in `<dir>/checkpoint`. A run whose directory holds checkpoints
-//! resumes after the last one. The loaders do not shuffle, so a resumed run sees the batches an
-//! uninterrupted one would.
+//! resumes after the last complete one, if `<dir>/run.json` says they were made with the same
+//! settings (see [`crate::checkpoint`]). The loaders do not shuffle, so a resumed run sees the
+//! batches an uninterrupted one would.
 
 use std::collections::HashMap;
 use std::path::Path;
