@@ -51,7 +51,7 @@ pub use embedding::{
 pub use error::PositionError;
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
 pub use materialize::materialize;
-pub use rope::{Rope, RopeConfig, RopeLayout, rope_angles};
+pub use rope::{Rope, RopeConfig, RopeLayout, RopeScaling, rope_angles};
 pub use scheme::{AbsolutePosition, NoPosition, PositionSchemeConfig, Positions};
 pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_frequencies, sinusoid_rows};
 pub use status::KEPT_STATUSES;

@@ -17,6 +17,11 @@
 //! Partial rotation (`rotary_dims < d_head`, as in GPT-J and GPT-NeoX) rotates the first
 //! `rotary_dims` dimensions of each head and passes the rest through. Angles are computed in
 //! f64 and rounded once, so there is no length limit and far positions stay accurate.
+//!
+//! [`RopeScaling`] stretches a model trained on short sequences to longer ones without
+//! training: position interpolation (Chen et al. 2023) or NTK-aware base scaling (bloc97
+//! 2023). The tables are constants, so a trained model takes it at test time through
+//! [`Rope::rescaled`].
 
 use std::sync::{Arc, Mutex};
 
@@ -33,6 +38,77 @@ pub enum RopeLayout {
     Interleaved,
     /// `(x[j], x[j + rotary_dims/2])`: GPT-NeoX, Hugging Face's `rotate_half`.
     HalfSplit,
+}
+
+/// Context extension: how the angles of a model trained on sequences up to some length are
+/// stretched to `factor` times that length, at test time, without training.
+///
+/// ```text
+/// None                 angle(p, j) = p * base^(-2j / d)
+/// Interpolation(s)     angle(p, j) = (p / s) * base^(-2j / d)            (Chen et al. 2023)
+/// NtkAware(s)          angle(p, j) = p * (base * s^(d / (d - 2)))^(-2j / d)   (bloc97 2023)
+/// ```
+///
+/// with `d = rotary_dims`. Interpolation squeezes every position into the trained range (so
+/// neighbours move closer: the highest frequency turns `s` times slower). NTK-aware scaling
+/// raises the base so that the lowest frequency turns `s` times slower and the highest not at
+/// all: near positions keep their trained angles, far ones are interpolated.
+#[derive(Config, Debug, PartialEq, Copy)]
+pub enum RopeScaling {
+    /// The angles as trained.
+    None,
+    /// Position interpolation by this factor (at least 1).
+    Interpolation(f64),
+    /// NTK-aware base scaling by this factor (at least 1; needs `rotary_dims > 2`).
+    NtkAware(f64),
+}
+
+impl RopeScaling {
+    /// The factor, 1 for `None`.
+    pub fn factor(&self) -> f64 {
+        match *self {
+            Self::None => 1.0,
+            Self::Interpolation(s) | Self::NtkAware(s) => s,
+        }
+    }
+
+    /// `(base, position step)` the angles are computed with: `angle(p, j) = (p * step) *
+    /// base^(-2j / rotary_dims)`.
+    pub fn effective(&self, base: f64, rotary_dims: usize) -> (f64, f64) {
+        match *self {
+            Self::None => (base, 1.0),
+            Self::Interpolation(s) => (base, 1.0 / s),
+            Self::NtkAware(s) => {
+                let d = rotary_dims as f64;
+                (base * s.powf(d / (d - 2.0)), 1.0)
+            }
+        }
+    }
+
+    fn validate(&self, rotary_dims: usize) -> Result<(), PositionError> {
+        let factor = self.factor();
+        if !(factor.is_finite() && factor >= 1.0) {
+            return Err(PositionError::InvalidConfig {
+                field: "RopeConfig::scaling",
+                value: format!("{self:?}"),
+                rule: "a context-extension factor is a finite number of at least 1 (the test \
+                       length over the trained length)",
+                fix: "use RopeScaling::None for the trained length, or a factor such as 2.0 \
+                      for twice it"
+                    .into(),
+            });
+        }
+        if matches!(self, Self::NtkAware(_)) && rotary_dims <= 2 {
+            return Err(PositionError::InvalidConfig {
+                field: "RopeConfig::scaling",
+                value: format!("{self:?} with rotary_dims = {rotary_dims}"),
+                rule: "NTK-aware scaling raises the base to the power rotary_dims / \
+                       (rotary_dims - 2), which needs more than 2 rotated dimensions",
+                fix: "rotate at least 4 dimensions, or use RopeScaling::Interpolation".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Configuration of [`Rope`].
@@ -52,6 +128,9 @@ pub struct RopeConfig {
     /// Positions whose angles are precomputed; past it they are computed per call (no limit).
     #[config(default = "4096")]
     pub cache_len: usize,
+    /// Context extension applied to the angles. None by default.
+    #[config(default = "RopeScaling::None")]
+    pub scaling: RopeScaling,
 }
 
 /// Rotary position embedding for queries and keys. Built by [`RopeConfig::init`]; constant.
@@ -81,6 +160,9 @@ pub struct Rope {
     /// Pairing of dimensions.
     #[module(skip)]
     pub layout: RopeLayout,
+    /// Context extension applied to the angles.
+    #[module(skip)]
+    pub scaling: RopeScaling,
     /// Angles past `cache_len`, grown on demand and shared by clones.
     #[module(skip)]
     grown: GrownAngles,
@@ -100,6 +182,7 @@ impl ModuleDisplay for Rope {
             .add("rotary_dims", &self.rotary_dims)
             .add("base", &self.base)
             .add("layout", &format!("{:?}", self.layout))
+            .add("scaling", &format!("{:?}", self.scaling))
             .add("cache_len", &cache_len)
             .optional()
     }
@@ -129,12 +212,23 @@ pub fn rope_angles(
     rotary_dims: usize,
     base: f64,
 ) -> (Vec<f32>, Vec<f32>) {
+    scaled_angles(positions, rotary_dims, base, RopeScaling::None)
+}
+
+/// [`rope_angles`] under a context extension (see [`RopeScaling::effective`]).
+fn scaled_angles(
+    positions: std::ops::Range<u64>,
+    rotary_dims: usize,
+    base: f64,
+    scaling: RopeScaling,
+) -> (Vec<f32>, Vec<f32>) {
+    let (base, step) = scaling.effective(base, rotary_dims);
     // The sinusoidal frequencies base^(-2j/rotary_dims): RoPE rotates by the same angles.
     let frequencies = crate::sinusoid_frequencies(rotary_dims, base);
     let (mut cos, mut sin) = (Vec::new(), Vec::new());
     for p in positions {
         for &w in &frequencies {
-            let (s, c) = (p as f64 * w).sin_cos();
+            let (s, c) = (p as f64 * step * w).sin_cos();
             cos.push(c as f32);
             sin.push(s as f32);
         }
@@ -143,7 +237,8 @@ pub fn rope_angles(
 }
 
 impl RopeConfig {
-    /// Checks the config: the rotated width must be even, positive and at most `d_head`.
+    /// Checks the config: the rotated width must be even, positive and at most `d_head`, and a
+    /// context-extension factor at least 1.
     pub fn validate(&self) -> Result<(), PositionError> {
         let rotary_dims = self.rotary_dims.unwrap_or(self.d_head);
         if rotary_dims % 2 == 1 {
@@ -160,20 +255,26 @@ impl RopeConfig {
                 ),
             });
         }
-        Ok(())
+        self.scaling.validate(rotary_dims)
     }
 
     /// Builds the angle tables.
     ///
     /// # Panics
     ///
-    /// If the rotated width is odd, zero or wider than `d_head`.
+    /// If the rotated width is odd, zero or wider than `d_head`, or the scaling factor is below
+    /// 1 or not finite.
     pub fn init(&self, device: &Device) -> Rope {
         if let Err(err) = self.validate() {
             panic!("{err}");
         }
         let rotary_dims = self.rotary_dims.unwrap_or(self.d_head);
-        let (cos, sin) = rope_angles(0..self.cache_len as u64, rotary_dims, self.base);
+        let (cos, sin) = scaled_angles(
+            0..self.cache_len as u64,
+            rotary_dims,
+            self.base,
+            self.scaling,
+        );
         let shape = [self.cache_len, rotary_dims / 2];
         Rope {
             cos: Tensor::from_data(TensorData::new(cos, shape), device),
@@ -182,12 +283,49 @@ impl RopeConfig {
             rotary_dims,
             base: self.base,
             layout: self.layout,
+            scaling: self.scaling,
             grown: GrownAngles::default(),
         }
     }
 }
 
 impl Rope {
+    /// The config this rope was built from.
+    pub fn config(&self) -> RopeConfig {
+        RopeConfig {
+            d_head: self.d_head,
+            base: self.base,
+            rotary_dims: Some(self.rotary_dims),
+            layout: self.layout,
+            cache_len: self.cos.dims()[0],
+            scaling: self.scaling,
+        }
+    }
+
+    /// This rope with another context extension, its tables rebuilt on the same device: the
+    /// test-time knob for a trained model (the tables are constants, nothing trained is lost).
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional_layer::{RopeConfig, RopeScaling};
+    ///
+    /// let device = Device::flex();
+    /// let trained = RopeConfig::new(16).init(&device);
+    /// let stretched = trained.rescaled(RopeScaling::Interpolation(2.0));
+    /// let q = Tensor::<4>::ones([1, 2, 8, 16], &device); // [batch, n_heads, seq, d_head]
+    /// // Position 6 under interpolation by 2 is rotated as position 3 was.
+    /// let a = stretched.apply(q.clone(), 6).slice([0..1, 0..2, 0..1, 0..16]);
+    /// let b = trained.apply(q, 3).slice([0..1, 0..2, 0..1, 0..16]);
+    /// assert!(a.all_close(b, None, Some(1e-6)));
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`RopeConfig::init`], for a factor below 1 or not finite.
+    pub fn rescaled(&self, scaling: RopeScaling) -> Rope {
+        self.config().with_scaling(scaling).init(&self.cos.device())
+    }
+
     /// `cos` and `sin` for positions `offset..offset + seq`, each `[seq, rotary_dims / 2]`.
     ///
     /// Within `cache_len`: slices of the precomputed tables. Past it, from a grown table when
@@ -205,10 +343,11 @@ impl Rope {
         }
         let device = self.cos.device();
         let upload = |range: std::ops::Range<usize>| {
-            let (cos, sin) = rope_angles(
+            let (cos, sin) = scaled_angles(
                 range.start as u64..range.end as u64,
                 self.rotary_dims,
                 self.base,
+                self.scaling,
             );
             let shape = [range.len(), half];
             (
@@ -295,5 +434,103 @@ impl Rope {
         }
         let pass = x.slice([0..batch, 0..n_heads, 0..seq, rot..d_head]);
         Tensor::cat(vec![out, pass], 3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(cos, sin)` of the angle of pair `j` at position `p`, straight from the papers' formulas
+    /// in f64: Chen et al. 2023 (eq. 4) divide the position by the factor; bloc97's NTK-aware
+    /// scaling multiplies the base by `s^(d / (d - 2))`.
+    fn reference(p: f64, j: usize, d: usize, base: f64, scaling: RopeScaling) -> (f64, f64) {
+        let (p, base) = match scaling {
+            RopeScaling::None => (p, base),
+            RopeScaling::Interpolation(s) => (p / s, base),
+            RopeScaling::NtkAware(s) => (p, base * s.powf(d as f64 / (d as f64 - 2.0))),
+        };
+        let angle = p / base.powf(2.0 * j as f64 / d as f64);
+        (angle.cos(), angle.sin())
+    }
+
+    #[test]
+    fn scaled_angles_follow_the_papers_formulas() {
+        let d = 8;
+        for scaling in [
+            RopeScaling::None,
+            RopeScaling::Interpolation(2.0),
+            RopeScaling::Interpolation(3.5),
+            RopeScaling::NtkAware(2.0),
+            RopeScaling::NtkAware(4.0),
+        ] {
+            let (cos, sin) = scaled_angles(0..50, d, 10_000.0, scaling);
+            for p in 0..50 {
+                for j in 0..d / 2 {
+                    let (c, s) = reference(p as f64, j, d, 10_000.0, scaling);
+                    let i = p * d / 2 + j;
+                    assert!((cos[i] as f64 - c).abs() < 1e-6, "{scaling:?} p {p} j {j}");
+                    assert!((sin[i] as f64 - s).abs() < 1e-6, "{scaling:?} p {p} j {j}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ntk_scaling_slows_the_lowest_frequency_by_the_factor_and_keeps_the_highest() {
+        let (d, base, s) = (16, 10_000.0, 3.0);
+        let plain = crate::sinusoid_frequencies(d, base);
+        let (ntk_base, step) = RopeScaling::NtkAware(s).effective(base, d);
+        assert_eq!(step, 1.0);
+        let ntk = crate::sinusoid_frequencies(d, ntk_base);
+        assert!((ntk[0] - plain[0]).abs() < 1e-12, "highest frequency kept");
+        let last = d / 2 - 1;
+        assert!((plain[last] / ntk[last] - s).abs() < 1e-9, "lowest slowed by s");
+        // Interpolation slows every frequency by s.
+        let (pi_base, step) = RopeScaling::Interpolation(s).effective(base, d);
+        assert_eq!((pi_base, step), (base, 1.0 / s));
+    }
+
+    #[test]
+    fn bad_factors_are_refused_with_the_fix() {
+        for scaling in [
+            RopeScaling::Interpolation(0.5),
+            RopeScaling::NtkAware(f64::NAN),
+            RopeScaling::Interpolation(f64::INFINITY),
+        ] {
+            let err = RopeConfig::new(8)
+                .with_scaling(scaling)
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("RopeConfig::scaling") && err.contains("factor"), "{err}");
+        }
+        let err = RopeConfig::new(2)
+            .with_scaling(RopeScaling::NtkAware(2.0))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rotary_dims = 2"), "{err}");
+        RopeConfig::new(8)
+            .with_scaling(RopeScaling::NtkAware(1.0))
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn rescaling_keeps_the_config_and_the_tables_past_the_cache() {
+        let device = Device::flex();
+        let rope = RopeConfig::new(8).with_cache_len(4).init(&device);
+        let stretched = rope.rescaled(RopeScaling::Interpolation(2.0));
+        assert_eq!(
+            stretched.config(),
+            rope.config().with_scaling(RopeScaling::Interpolation(2.0))
+        );
+        // Past the precomputed 4 rows the grown tables are scaled too: position 10 at factor 2
+        // is position 5 unscaled.
+        let q = Tensor::<4>::ones([1, 1, 1, 8], &device);
+        let a = stretched.apply(q.clone(), 10);
+        let b = rope.apply(q, 5);
+        assert!(a.all_close(b, None, Some(1e-6)));
     }
 }
