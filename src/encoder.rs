@@ -7,7 +7,7 @@ use burn::prelude::*;
 
 use crate::schemes::Scheme;
 use crate::{
-    AttentionInput, Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, PositionError,
+    AttentionInput, Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, KvCache, PositionError,
     PositionSchemeConfig, Positions, RopeConfig, ScoreBias, ScoreBiasConfig, SelfAttention,
     SelfAttentionConfig,
 };
@@ -38,6 +38,11 @@ pub struct EncoderConfig {
     /// and passed to every block (one T5 table for the stack, as in T5).
     #[config(default = "None")]
     pub score_bias: Option<ScoreBiasConfig>,
+    /// Causal blocks (a decoder: each token sees itself and earlier tokens only). Off by
+    /// default. Set it before [`with_position`](Self::with_position), which picks causal ALiBi
+    /// and one-directional T5 buckets for a decoder.
+    #[config(default = false)]
+    pub causal: bool,
 }
 
 /// See the [module docs](self).
@@ -73,10 +78,15 @@ impl EncoderConfig {
             .with_scheme(self.scheme.clone())
             .with_combine(self.combine.clone())
             .validate()?;
+        self.block().validate()
+    }
+
+    /// One block's config, with the shared score bias as its own (to check the head count).
+    fn block(&self) -> SelfAttentionConfig {
         SelfAttentionConfig::new(self.d_model, self.n_heads)
+            .with_causal(self.causal)
             .with_rope(self.rope.clone())
             .with_score_bias(self.score_bias.clone())
-            .validate()
     }
 
     /// Builds the encoder.
@@ -87,9 +97,7 @@ impl EncoderConfig {
     /// checks the shared score bias against the blocks).
     pub fn init(&self, device: &Device) -> Encoder {
         // Validated as a block's own bias: the head count must fit.
-        let checked = SelfAttentionConfig::new(self.d_model, self.n_heads)
-            .with_rope(self.rope.clone())
-            .with_score_bias(self.score_bias.clone());
+        let checked = self.block();
         if let Err(err) = checked.validate() {
             panic!("{err}");
         }
@@ -108,10 +116,12 @@ impl EncoderConfig {
 
 impl EncoderConfig {
     /// This config with `scheme`'s parts in the embedding and in every block, learned tables
-    /// `max_len` rows long. Set `d_model` and `n_heads` first: RoPE's width depends on them.
+    /// `max_len` rows long, for causal blocks if `causal` is set (see [`Scheme::parts_for`]).
+    /// Set `d_model`, `n_heads` and `causal` first: RoPE's width and the biases depend on them.
     pub fn with_position(self, scheme: Scheme, max_len: usize) -> Self {
         // n_heads = 0 is refused by `validate`, not divided by here.
-        let parts = scheme.parts(max_len, self.n_heads, self.d_model / self.n_heads.max(1));
+        let d_head = self.d_model / self.n_heads.max(1);
+        let parts = scheme.parts_for(max_len, self.n_heads, d_head, self.causal);
         Self {
             scheme: parts.embedding,
             rope: parts.rope,
@@ -155,6 +165,43 @@ impl Encoder {
     /// - ids: `[batch, seq]`; output: `[batch, seq, d_model]`
     pub fn hidden(&self, ids: Tensor<2, Int>) -> Tensor<3> {
         self.blocks_and_norm(self.embed.forward(ids), false).0
+    }
+
+    /// Normalized hidden states of the next tokens of sequences whose earlier tokens are in
+    /// `caches` (one [`KvCache`] per block, all empty for a new batch), appending theirs: the
+    /// new tokens sit at positions `caches[0].len()..`, for the embedding, RoPE and the score
+    /// bias alike. Decoding token by token this way gives the rows of [`hidden`](Self::hidden)
+    /// on the whole sequence (for causal blocks). No device-to-host read: bad ids and positions
+    /// past a learned table come out as NaN and are named by `self.embed.check_inputs()`.
+    ///
+    /// # Shapes
+    ///
+    /// - ids: `[batch, seq_new]`; output: `[batch, seq_new, d_model]`
+    ///
+    /// # Panics
+    ///
+    /// If `caches` does not hold one cache per block, or a cache holds another batch size.
+    pub fn hidden_cached(&self, ids: Tensor<2, Int>, caches: &mut [KvCache]) -> Tensor<3> {
+        assert_eq!(
+            caches.len(),
+            self.blocks.len(),
+            "one KvCache per block: the encoder has {} blocks, got {} caches",
+            self.blocks.len(),
+            caches.len()
+        );
+        let [_, seq] = ids.dims();
+        let offset = caches.first().map_or(0, KvCache::len);
+        let mut x = self.embed.forward_at(ids, Positions::Offset(offset));
+        let bias = self
+            .score_bias
+            .as_ref()
+            .map(|bias| bias.bias(offset, seq, offset + seq));
+        for (block, cache) in self.blocks.iter().zip(caches.iter_mut()) {
+            let mut input = AttentionInput::new(x);
+            input.score_bias = bias.clone();
+            x = block.forward_cached(input, cache);
+        }
+        self.norm.forward(x)
     }
 
     /// The blocks and the final norm; the last block's weights when `weights` is set.

@@ -385,7 +385,7 @@ fn launch(
 
 /// burn-train's renderer interface turned into [`Event`]s: burn-train reports every metric of
 /// every processed batch (one per worker) and the end of every split.
-struct Recorder {
+pub(crate) struct Recorder {
     steps_per_epoch: usize,
     workers: usize,
     on_event: Box<dyn FnMut(&Event) + Send + Sync>,
@@ -402,7 +402,7 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn new(
+    pub(crate) fn new(
         steps_per_epoch: usize,
         workers: usize,
         on_event: Box<dyn FnMut(&Event) + Send + Sync>,

@@ -3,7 +3,8 @@
 //! solve ([`who_bites_whom`]) and a tiny model for it ([`classifier`]), the body both models
 //! share ([`encoder`]), the training example's task, model, config and run on burn-train
 //! ([`copy_back`], [`tagger`], [`training`], [`learner`], with crash-safe checkpoints in
-//! [`checkpoint`]), and the measured properties ([`properties`]).
+//! [`checkpoint`]), the measured properties ([`properties`]), and the length-generalization
+//! study of decoder-only models ([`length_generalization`]).
 //!
 //! The library itself is the `burn-positional` crate; these modules use it exactly as a user's
 //! crate would.
@@ -14,6 +15,7 @@ pub mod copy_back;
 pub mod device;
 pub mod encoder;
 pub mod learner;
+pub mod length_generalization;
 pub mod properties;
 pub mod schemes;
 pub mod tagger;
@@ -35,5 +37,6 @@ const _: () = {
     const fn shared<T: Send + Sync + Clone + 'static>() {}
     shared::<classifier::SequenceClassifier>();
     shared::<encoder::Encoder>();
+    shared::<length_generalization::LanguageModel>();
     shared::<tagger::TokenTagger>();
 };

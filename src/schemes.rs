@@ -54,6 +54,19 @@ impl Scheme {
     /// The parts of this scheme for blocks with `n_heads` heads `d_head` wide, bidirectional
     /// attention, and a learned table of `max_len` rows.
     pub fn parts(self, max_len: usize, n_heads: usize, d_head: usize) -> SchemeParts {
+        self.parts_for(max_len, n_heads, d_head, false)
+    }
+
+    /// [`parts`](Self::parts) for causal blocks when `causal` is set (a decoder): ALiBi's
+    /// causal penalty (`-m (i - j)` on the keys a query sees, as in Press et al. 2022) and T5's
+    /// one-directional buckets (as in T5's decoder). The other schemes are the same either way.
+    pub fn parts_for(
+        self,
+        max_len: usize,
+        n_heads: usize,
+        d_head: usize,
+        causal: bool,
+    ) -> SchemeParts {
         let none = SchemeParts {
             embedding: PositionSchemeConfig::None,
             rope: None,
@@ -81,12 +94,18 @@ impl Scheme {
             },
             Self::Alibi => SchemeParts {
                 score_bias: Some(ScoreBiasConfig::Alibi(
-                    AlibiConfig::new(n_heads).with_direction(AlibiDirection::Symmetric),
+                    AlibiConfig::new(n_heads).with_direction(if causal {
+                        AlibiDirection::Causal
+                    } else {
+                        AlibiDirection::Symmetric
+                    }),
                 )),
                 ..none
             },
             Self::T5 => SchemeParts {
-                score_bias: Some(ScoreBiasConfig::T5(T5BiasConfig::new(n_heads))),
+                score_bias: Some(ScoreBiasConfig::T5(
+                    T5BiasConfig::new(n_heads).with_bidirectional(!causal),
+                )),
                 ..none
             },
         }

@@ -31,6 +31,7 @@ mod bad_input;
 mod equivariance;
 mod fused;
 mod gradients;
+mod length_generalization;
 mod positions;
 mod properties;
 mod records;
