@@ -57,6 +57,15 @@ struct Args {
     /// Test examples per length.
     #[arg(long)]
     test_examples: Option<usize>,
+    /// Adam's learning rate.
+    #[arg(long)]
+    learning_rate: Option<f64>,
+    /// Width of the models.
+    #[arg(long)]
+    d_model: Option<usize>,
+    /// Causal blocks per model.
+    #[arg(long)]
+    blocks: Option<usize>,
     /// Tasks (comma-separated): copy, reverse, sort, addition.
     #[arg(long, value_delimiter = ',')]
     tasks: Option<Vec<String>>,
@@ -90,6 +99,15 @@ impl Args {
         }
         if let Some(n) = self.test_examples {
             config.test_examples = n;
+        }
+        if let Some(lr) = self.learning_rate {
+            config.learning_rate = lr;
+        }
+        if let Some(d) = self.d_model {
+            config.d_model = d;
+        }
+        if let Some(n) = self.blocks {
+            config.n_blocks = n;
         }
         if let Some(tasks) = &self.tasks {
             config.tasks = tasks.clone();
@@ -140,10 +158,20 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     let start = Instant::now();
     let shown = bar.clone();
+    // A line per cell: above the bar on a terminal, plain lines in a log (where indicatif
+    // draws nothing).
+    let say = move |line: String| {
+        if shown.is_hidden() {
+            println!("{line}");
+        } else {
+            shown.println(line);
+        }
+    };
+    let shown = bar.clone();
     let progress: Arc<dyn Fn(&Progress) + Send + Sync> = Arc::new(move |event| match event {
         Progress::Started { cell, resumed_at } => {
             if let Some(step) = resumed_at {
-                shown.println(format!("{cell}: resuming at step {step}"));
+                say(format!("{cell}: resuming at step {step}"));
                 shown.inc(*step as u64);
             }
         }
@@ -155,13 +183,18 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             cell,
             steps,
             from_disk,
+            valid_accuracy,
         } => {
+            let accuracy = 100.0 * valid_accuracy;
             if *from_disk {
                 shown.inc(*steps as u64);
-                shown.println(format!("{cell}: done before, read from disk"));
+                say(format!(
+                    "{cell}: done before (valid {accuracy:.1} %), read from disk"
+                ));
             } else {
-                shown.println(format!(
-                    "{cell}: done at {:.0} s",
+                say(format!(
+                    "{cell}: trained and scored (valid {accuracy:.1} % of answer tokens), {:.0} s \
+                     into the run",
                     start.elapsed().as_secs_f64()
                 ));
             }

@@ -12,6 +12,8 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::{Dataset, DatasetError};
 use burn::prelude::*;
 
+use crate::rng::SplitMix64;
+
 /// The task's sizes.
 #[derive(Config, Debug, PartialEq)]
 pub struct CopyBackConfig {
@@ -52,15 +54,9 @@ impl CopyBackConfig {
 
 /// SplitMix64 from `seed`: `n` tokens in `0..vocab_size`, the same on every machine.
 fn tokens(seed: u64, n: usize, vocab_size: usize) -> Vec<i64> {
-    let mut state = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut rng = SplitMix64::new(seed);
     (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            ((z ^ (z >> 31)) % vocab_size as u64) as i64
-        })
+        .map(|_| rng.below(vocab_size as u64) as i64)
         .collect()
 }
 

@@ -58,6 +58,28 @@ pub fn last_checkpoint(dir: &Path) -> Option<usize> {
     last_complete_epoch(&dir.join("checkpoint"))
 }
 
+/// Creates `<dir>/checkpoint` and removes the leftovers of writes a crash interrupted (scratch
+/// files never renamed into place, never read); returns the folder.
+///
+/// # Errors
+///
+/// [`TrainingError::Io`] when the folder cannot be created.
+pub fn prepare_checkpoint_dir(dir: &Path) -> Result<std::path::PathBuf, TrainingError> {
+    let checkpoint_dir = dir.join("checkpoint");
+    std::fs::create_dir_all(&checkpoint_dir).map_err(|error| TrainingError::Io {
+        path: checkpoint_dir.clone(),
+        error: error.to_string(),
+    })?;
+    if let Ok(entries) = std::fs::read_dir(&checkpoint_dir) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".tmp") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    Ok(checkpoint_dir)
+}
+
 /// How `fit` spreads the training over devices: burn-train's execution strategies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
@@ -335,18 +357,7 @@ fn launch(
         }
         (None, _) => {}
     }
-    std::fs::create_dir_all(&checkpoint_dir).map_err(|error| TrainingError::Io {
-        path: checkpoint_dir.clone(),
-        error: error.to_string(),
-    })?;
-    // Leftovers of writes a crash interrupted: never renamed into place, never read.
-    if let Ok(entries) = std::fs::read_dir(&checkpoint_dir) {
-        for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().ends_with(".tmp") {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-    }
+    prepare_checkpoint_dir(dir)?;
     run.save(&run_path)?;
     let model = model(&device);
     let epochs = config.steps.div_ceil(config.valid_every);

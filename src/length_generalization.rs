@@ -39,12 +39,15 @@ use burn::optim::lr_scheduler::constant::ConstantLr;
 use burn::prelude::*;
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::{AccuracyMetric, LossMetric};
-use burn::train::{ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep};
+use burn::train::{
+    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{PARTS, PartCheckpointer, last_complete_epoch, write_atomic};
 use crate::encoder::{Encoder, EncoderConfig};
-use crate::learner::{Event, Recorder};
+use crate::learner::{Event, Recorder, prepare_checkpoint_dir};
+pub use crate::rng::SplitMix64;
 use crate::schemes::Scheme;
 use crate::training::TrainingError;
 use crate::{KvCache, PositionError, PositionSchemeConfig, RopeScaling};
@@ -63,35 +66,6 @@ pub const EOS: i64 = 13;
 pub const PAD: i64 = 14;
 /// Token ids lie in `0..VOCAB`.
 pub const VOCAB: usize = 15;
-
-/// SplitMix64 (Steele, Lea and Flood 2014): the same numbers on every machine.
-#[derive(Debug, Clone)]
-pub struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self {
-            state: seed.wrapping_add(0x9E37_79B9_7F4A_7C15),
-        }
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
 
 /// A synthetic task; see the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -160,7 +134,9 @@ impl Task {
     pub fn example(self, n: usize, rng: &mut SplitMix64) -> Example {
         assert!(n > 0, "a task needs at least one digit");
         let mut digits = |count: usize| -> Vec<i64> {
-            (0..count).map(|_| rng.below(DIGITS as u64) as i64).collect()
+            (0..count)
+                .map(|_| rng.below(DIGITS as u64) as i64)
+                .collect()
         };
         let (prompt_digits, mut answer) = match self {
             Self::Copy => {
@@ -246,7 +222,11 @@ impl Dataset<Example> for TaskDataset {
     ///
     /// If `index >= len` (burn's `Dataset` convention).
     fn get(&self, index: usize) -> Result<Example, DatasetError> {
-        assert!(index < self.len, "index {index} is past the dataset's {} examples", self.len);
+        assert!(
+            index < self.len,
+            "index {index} is past the dataset's {} examples",
+            self.len
+        );
         let mut rng = SplitMix64::new(
             self.seed
                 .wrapping_mul(0x2545_F491_4F6C_DD1D)
@@ -287,7 +267,12 @@ impl LmBatcher {
             .unwrap_or(0);
         let (mut inputs, mut targets) = (Vec::new(), Vec::new());
         for example in items {
-            let tokens: Vec<i64> = example.prompt.iter().chain(&example.answer).copied().collect();
+            let tokens: Vec<i64> = example
+                .prompt
+                .iter()
+                .chain(&example.answer)
+                .copied()
+                .collect();
             let answer_from = example.prompt.len(); // index of the first answer token
             for i in 0..seq {
                 inputs.push(if i + 1 < tokens.len() { tokens[i] } else { PAD });
@@ -472,7 +457,10 @@ pub fn greedy(
     model.body.embed.check_inputs()?; // earlier forwards are not ours to report
     let argmax_last = |logits: Tensor<3>| {
         let [b, s, v] = logits.dims();
-        logits.slice([0..b, s - 1..s, 0..v]).argmax(2).reshape([b, 1])
+        logits
+            .slice([0..b, s - 1..s, 0..v])
+            .argmax(2)
+            .reshape([b, 1])
     };
     let mut out: Vec<Tensor<2, Int>> = Vec::with_capacity(steps);
     let mut caches = model.caches();
@@ -510,7 +498,11 @@ pub fn greedy(
 ///
 /// If the two hold different numbers of rows, or a pair of rows differs in length.
 pub fn exact_match(predicted: &[Vec<i64>], expected: &[Vec<i64>]) -> f64 {
-    assert_eq!(predicted.len(), expected.len(), "one prediction per example");
+    assert_eq!(
+        predicted.len(),
+        expected.len(),
+        "one prediction per example"
+    );
     if expected.is_empty() {
         return 0.0;
     }
@@ -565,10 +557,14 @@ pub struct StudyConfig {
     #[config(default = 8)]
     pub train_len: usize,
     /// Tasks, by name (copy, reverse, sort, addition).
-    #[config(default = "vec![\"copy\".into(), \"reverse\".into(), \"sort\".into(), \"addition\".into()]")]
+    #[config(
+        default = "vec![\"copy\".into(), \"reverse\".into(), \"sort\".into(), \"addition\".into()]"
+    )]
     pub tasks: Vec<String>,
     /// Schemes, by name (none, sinusoidal, learned, t5, rope, alibi).
-    #[config(default = "vec![\"none\".into(), \"sinusoidal\".into(), \"learned\".into(), \"t5\".into(), \"rope\".into(), \"alibi\".into()]")]
+    #[config(
+        default = "vec![\"none\".into(), \"sinusoidal\".into(), \"learned\".into(), \"t5\".into(), \"rope\".into(), \"alibi\".into()]"
+    )]
     pub schemes: Vec<String>,
     /// Seeds per cell: `0..seeds`.
     #[config(default = 3)]
@@ -735,6 +731,8 @@ pub enum Progress {
         steps: usize,
         /// Found on disk, not run now.
         from_disk: bool,
+        /// Teacher-forced token accuracy on the validation set at the end of training.
+        valid_accuracy: f64,
     },
 }
 
@@ -803,17 +801,17 @@ impl StudyConfig {
                 fix: "use a positive finite learning rate such as 1e-3".into(),
             });
         }
-        if let Some(m) = self.test_multiples.iter().find(|m| !(m.is_finite() && **m >= 1.0)) {
+        if let Some(m) = self
+            .test_multiples
+            .iter()
+            .find(|m| !(m.is_finite() && **m >= 1.0))
+        {
             return Err(TrainingError::Unsupported {
                 what: format!("test multiple {m} (tests are at lengths m * L)"),
                 fix: "use multiples of at least 1, such as 1, 1.5, 2, 3".into(),
             });
         }
-        if self
-            .steps_per_epoch
-            .checked_mul(self.batch_size)
-            .is_none()
-        {
+        if self.steps_per_epoch.checked_mul(self.batch_size).is_none() {
             return Err(TrainingError::Unsupported {
                 what: "steps_per_epoch * batch_size overflows a usize".into(),
                 fix: "use the defaults (500 steps of 32)".into(),
@@ -859,18 +857,7 @@ pub fn train_cell(
     dir: &Path,
     on_step: impl Fn(usize, f32) + Send + Sync + 'static,
 ) -> Result<(LanguageModel, f64), TrainingError> {
-    let checkpoint_dir = dir.join("checkpoint");
-    std::fs::create_dir_all(&checkpoint_dir).map_err(|error| TrainingError::Io {
-        path: checkpoint_dir.clone(),
-        error: error.to_string(),
-    })?;
-    if let Ok(entries) = std::fs::read_dir(&checkpoint_dir) {
-        for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().ends_with(".tmp") {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-    }
+    let checkpoint_dir = prepare_checkpoint_dir(dir)?;
     let device = device.clone().autodiff();
     let model = {
         let _draw = INIT.lock().unwrap_or_else(|e| e.into_inner());
@@ -949,7 +936,11 @@ pub fn run_cell(
     let start = Instant::now();
     let (model, valid_accuracy) = train_cell(config, task, scheme, seed, device, dir, on_step)?;
     let variants: &[Variant] = if scheme == Scheme::Rope {
-        &[Variant::AsTrained, Variant::RopeInterpolation, Variant::RopeNtk]
+        &[
+            Variant::AsTrained,
+            Variant::RopeInterpolation,
+            Variant::RopeNtk,
+        ]
     } else {
         &[Variant::AsTrained]
     };
@@ -1104,7 +1095,9 @@ fn cell(
     progress: Arc<dyn Fn(&Progress) + Send + Sync>,
 ) -> Result<CellResult, TrainingError> {
     let label = format!("{task}/{scheme}/seed {seed}");
-    let dir = out.join("cells").join(format!("{task}-{scheme}-seed{seed}"));
+    let dir = out
+        .join("cells")
+        .join(format!("{task}-{scheme}-seed{seed}"));
     let done = dir.join("result.json");
     if let Ok(bytes) = std::fs::read(&done)
         && let Ok(result) = serde_json::from_slice::<CellResult>(&bytes)
@@ -1113,6 +1106,7 @@ fn cell(
             cell: label,
             steps: result.steps,
             from_disk: true,
+            valid_accuracy: result.valid_accuracy,
         });
         return Ok(result);
     }
@@ -1124,13 +1118,21 @@ fn cell(
     });
     let heard = progress.clone();
     let step_label = label.clone();
-    let result = run_cell(config, task, scheme, seed, device, &dir, move |step, loss| {
-        heard(&Progress::Step {
-            cell: step_label.clone(),
-            step,
-            loss,
-        })
-    })?;
+    let result = run_cell(
+        config,
+        task,
+        scheme,
+        seed,
+        device,
+        &dir,
+        move |step, loss| {
+            heard(&Progress::Step {
+                cell: step_label.clone(),
+                step,
+                loss,
+            })
+        },
+    )?;
     let json = serde_json::to_vec_pretty(&result).expect("a result serializes");
     write_atomic(&done, &json).map_err(|error| TrainingError::Io {
         path: done.clone(),
@@ -1142,6 +1144,7 @@ fn cell(
         cell: label,
         steps: result.steps,
         from_disk: false,
+        valid_accuracy: result.valid_accuracy,
     });
     Ok(result)
 }
@@ -1174,9 +1177,14 @@ pub fn summarize(config: &StudyConfig, cells: &[CellResult]) -> Vec<Summary> {
     // In the config's order of tasks and schemes, then variant, then length.
     for task in &config.tasks {
         for scheme in &config.schemes {
-            for variant in [Variant::AsTrained, Variant::RopeInterpolation, Variant::RopeNtk] {
+            for variant in [
+                Variant::AsTrained,
+                Variant::RopeInterpolation,
+                Variant::RopeNtk,
+            ] {
                 for n in config.test_lengths() {
-                    let Some(group) = groups.get(&(task.clone(), scheme.clone(), variant, n)) else {
+                    let Some(group) = groups.get(&(task.clone(), scheme.clone(), variant, n))
+                    else {
                         continue;
                     };
                     let values: Vec<f64> = group.iter().filter_map(|m| m.exact_match).collect();
@@ -1251,7 +1259,9 @@ impl StudyResults {
         }
         let refusal = self.summary.iter().find_map(|s| s.refused.as_deref());
         if let Some(refusal) = refusal {
-            out.push_str(&format!("A refusal is the model's own error, for example: `{refusal}`\n"));
+            out.push_str(&format!(
+                "A refusal is the model's own error, for example: `{refusal}`\n"
+            ));
         }
         out
     }
@@ -1334,7 +1344,11 @@ mod tests {
             assert!(lengths.contains(&n), "length {n} drawn");
         }
         assert!(lengths.iter().all(|n| (1..=5).contains(n)));
-        assert_eq!(items[7], dataset.get(7).unwrap(), "an item is a function of its index");
+        assert_eq!(
+            items[7],
+            dataset.get(7).unwrap(),
+            "an item is a function of its index"
+        );
 
         let (inputs, targets, seq) = LmBatcher::rows(&items[..3]);
         for (row, e) in items[..3].iter().enumerate() {
@@ -1352,7 +1366,12 @@ mod tests {
 
     #[test]
     fn exact_match_counts_whole_rows() {
-        let expected = vec![vec![1, 2, EOS], vec![3, 4, EOS], vec![5, 6, EOS], vec![7, 8, EOS]];
+        let expected = vec![
+            vec![1, 2, EOS],
+            vec![3, 4, EOS],
+            vec![5, 6, EOS],
+            vec![7, 8, EOS],
+        ];
         let mut predicted = expected.clone();
         assert_eq!(exact_match(&predicted, &expected), 1.0);
         predicted[1][2] = 0; // no end token: wrong
@@ -1372,11 +1391,17 @@ mod tests {
 
     #[test]
     fn configs_are_checked_by_name() {
-        let err = StudyConfig::new().with_tasks(vec!["multiply".into()]).validate().unwrap_err();
+        let err = StudyConfig::new()
+            .with_tasks(vec!["multiply".into()])
+            .validate()
+            .unwrap_err();
         assert!(err.to_string().contains("multiply"), "{err}");
         let err = StudyConfig::new().with_seeds(0).validate().unwrap_err();
         assert!(err.to_string().contains("seeds"), "{err}");
-        let err = StudyConfig::new().with_test_multiples(vec![0.5]).validate().unwrap_err();
+        let err = StudyConfig::new()
+            .with_test_multiples(vec![0.5])
+            .validate()
+            .unwrap_err();
         assert!(err.to_string().contains("0.5"), "{err}");
         StudyConfig::new().validate().unwrap();
         assert_eq!(StudyConfig::new().test_lengths(), vec![8, 12, 16, 24]);

@@ -17,6 +17,7 @@ pub mod encoder;
 pub mod learner;
 pub mod length_generalization;
 pub mod properties;
+pub mod rng;
 pub mod schemes;
 pub mod tagger;
 pub mod training;

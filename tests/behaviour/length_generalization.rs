@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use burn::prelude::*;
 use burn_positional_examples::length_generalization::{
-    Progress, StudyConfig, Task, Variant, greedy, run_study,
+    Progress, StudyConfig, Task, Variant, greedy, run_study, train_cell,
 };
 use burn_positional_examples::schemes::Scheme;
 
@@ -64,7 +64,9 @@ pub fn cached_greedy_decoding_equals_uncached(device: &Device) {
         let stepped = Tensor::cat(rows, 1);
         let tolerance = 1e-4;
         assert!(
-            stepped.clone().all_close(full.clone(), Some(tolerance), Some(tolerance)),
+            stepped
+                .clone()
+                .all_close(full.clone(), Some(tolerance), Some(tolerance)),
             "{scheme}: cached logits differ from the full forward by {}",
             (stepped - full).abs().max().into_scalar::<f32>()
         );
@@ -151,8 +153,17 @@ pub fn a_tiny_study_writes_a_well_formed_table(device: &Device) {
         .lines()
         .find(|l| l.starts_with("| learned |"))
         .unwrap();
-    assert_eq!(learned_row.matches("refused: past the table").count(), 3, "{learned_row}");
-    for row in ["| none |", "| rope |", "| rope + PI (s = n/L) |", "| rope + NTK (s = n/L) |"] {
+    assert_eq!(
+        learned_row.matches("refused: past the table").count(),
+        3,
+        "{learned_row}"
+    );
+    for row in [
+        "| none |",
+        "| rope |",
+        "| rope + PI (s = n/L) |",
+        "| rope + NTK (s = n/L) |",
+    ] {
         let line = markdown.lines().find(|l| l.starts_with(row)).unwrap();
         assert_eq!(line.matches(" ± ").count(), 4, "{line}");
     }
@@ -169,14 +180,91 @@ pub fn a_tiny_study_writes_a_well_formed_table(device: &Device) {
         .lock()
         .unwrap()
         .iter()
-        .filter(|e| matches!(e, Progress::Done { from_disk: true, .. }))
+        .filter(|e| {
+            matches!(
+                e,
+                Progress::Done {
+                    from_disk: true,
+                    ..
+                }
+            )
+        })
         .count();
     assert_eq!(from_disk, 6);
     // Another config in the same folder is refused with the fix.
-    let err = run_study(&config.clone().with_steps(6), device, 1, dir.path(), progress)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("another config") && err.contains("--fresh"), "{err}");
+    let err = run_study(
+        &config.clone().with_steps(6),
+        device,
+        1,
+        dir.path(),
+        progress,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("another config") && err.contains("--fresh"),
+        "{err}"
+    );
+}
+
+/// A cell stopped after its first epoch resumes from that checkpoint: the resumed run hears
+/// only the remaining steps, numbered on. (That a resumed burn-train run ends where an
+/// uninterrupted one does is `tests/crash.rs`'s; here the model's first draw could differ, as
+/// other tests draw from flex's one process-wide generator meanwhile.)
+pub fn a_cell_resumes_from_its_last_checkpoint(device: &Device) {
+    let config = StudyConfig::new()
+        .with_train_len(3)
+        .with_d_model(16)
+        .with_n_heads(2)
+        .with_n_blocks(1)
+        .with_steps(3)
+        .with_steps_per_epoch(3)
+        .with_batch_size(4);
+    let longer = config.clone().with_steps(6);
+    let (straight_dir, resumed_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let train = |config: &StudyConfig, dir: &std::path::Path| {
+        let steps = Arc::new(Mutex::new(Vec::new()));
+        let heard = steps.clone();
+        let (model, _) = train_cell(
+            config,
+            Task::Sort,
+            Scheme::Alibi,
+            4,
+            device,
+            dir,
+            move |s, _| heard.lock().unwrap().push(s),
+        )
+        .unwrap();
+        let steps = steps.lock().unwrap().clone();
+        (model, steps)
+    };
+    let (_, steps) = train(&longer, straight_dir.path());
+    assert_eq!(steps, (1..=6).collect::<Vec<_>>());
+    // Stopped after the first epoch, then run to the end.
+    let (_, first) = train(&config, resumed_dir.path());
+    assert_eq!(first, vec![1, 2, 3]);
+    let (_, rest) = train(&longer, resumed_dir.path());
+    assert_eq!(
+        rest,
+        vec![4, 5, 6],
+        "resumed at the checkpoint, not from scratch"
+    );
+    // A done run resumed again trains nothing more.
+    let (_, none) = train(&longer, resumed_dir.path());
+    assert!(none.is_empty(), "{none:?}");
+}
+
+mod on_flex_resume {
+    #[test]
+    fn a_cell_resumes_from_its_last_checkpoint() {
+        super::a_cell_resumes_from_its_last_checkpoint(&crate::devices::flex())
+    }
+}
+mod on_ndarray_resume {
+    #[test]
+    fn a_cell_resumes_from_its_last_checkpoint() {
+        super::a_cell_resumes_from_its_last_checkpoint(&crate::devices::ndarray())
+    }
 }
 
 on_every_device!(

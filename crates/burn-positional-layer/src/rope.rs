@@ -485,7 +485,10 @@ mod tests {
         let ntk = crate::sinusoid_frequencies(d, ntk_base);
         assert!((ntk[0] - plain[0]).abs() < 1e-12, "highest frequency kept");
         let last = d / 2 - 1;
-        assert!((plain[last] / ntk[last] - s).abs() < 1e-9, "lowest slowed by s");
+        assert!(
+            (plain[last] / ntk[last] - s).abs() < 1e-9,
+            "lowest slowed by s"
+        );
         // Interpolation slows every frequency by s.
         let (pi_base, step) = RopeScaling::Interpolation(s).effective(base, d);
         assert_eq!((pi_base, step), (base, 1.0 / s));
@@ -503,7 +506,10 @@ mod tests {
                 .validate()
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("RopeConfig::scaling") && err.contains("factor"), "{err}");
+            assert!(
+                err.contains("RopeConfig::scaling") && err.contains("factor"),
+                "{err}"
+            );
         }
         let err = RopeConfig::new(2)
             .with_scaling(RopeScaling::NtkAware(2.0))
