@@ -1260,7 +1260,8 @@ impl StudyResults {
         let refusal = self.summary.iter().find_map(|s| s.refused.as_deref());
         if let Some(refusal) = refusal {
             out.push_str(&format!(
-                "A refusal is the model's own error, for example: `{refusal}`\n"
+                // Double backticks: the message quotes code in single ones.
+                "A refusal is the model's own error, for example: `` {refusal} ``\n"
             ));
         }
         out
