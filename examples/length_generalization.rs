@@ -210,7 +210,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("\n{}", results.markdown());
     let trained: f64 = results.cells.iter().map(|c| c.seconds).sum();
     println!(
-        "{} models in {seconds:.0} s of wall time ({trained:.0} s of cell time this run); wrote {}",
+        "{} models in {seconds:.0} s of wall time ({trained:.0} s of cell time, cells read back from disk included); wrote {}",
         results.cells.len(),
         written
             .iter()

@@ -313,9 +313,11 @@ pub struct LanguageModelConfig {
 /// use burn_positional_examples::encoder::EncoderConfig;
 /// use burn_positional_examples::length_generalization::LanguageModelConfig;
 /// use burn_positional_examples::schemes::Scheme;
+/// use burn_positional::PositionSchemeConfig;
 ///
 /// let device = Device::flex();
-/// let body = EncoderConfig::new(15, Default::default())
+/// // `with_position` replaces the placeholder scheme with ALiBi's causal parts.
+/// let body = EncoderConfig::new(15, PositionSchemeConfig::None)
 ///     .with_d_model(32)
 ///     .with_causal(true)
 ///     .with_position(Scheme::Alibi, 64);
