@@ -71,11 +71,19 @@ fn tmp_path(path: &Path) -> PathBuf {
 /// part is whole or absent; what a crash can leave is an epoch with some parts and not others,
 /// which [`last_complete_epoch`] passes over.
 ///
+/// A restore reads the whole file into memory. burn-train's own restore keeps the tensor data
+/// file-backed and reads it lazily, on first use: once the run deletes that epoch (keep-last-N
+/// rotation, or a finished cell's checkpoint folder removed), a tensor the training never
+/// rewrote (a constant table, an optimizer moment) fails to read with "No such file or
+/// directory" long after the restore, in whatever later work uses it.
+///
 /// Fault injection for crash tests: with `BURN_POSITIONAL_CHECKPOINT_DELAY_MS` set, part `i`
 /// of [`PARTS`] waits `i` times that long before it is saved, so the parts of one epoch land
 /// on disk one after the other and a kill often falls between them.
 pub struct PartCheckpointer {
     inner: FileCheckpointer,
+    dir: PathBuf,
+    name: String,
     stagger: u32,
 }
 
@@ -84,8 +92,15 @@ impl PartCheckpointer {
     pub fn new(dir: &Path, name: &str) -> Self {
         Self {
             inner: FileCheckpointer::new(dir, name),
+            dir: dir.to_path_buf(),
+            name: name.to_string(),
             stagger: PARTS.iter().position(|part| *part == name).unwrap_or(0) as u32,
         }
+    }
+
+    /// The file of `epoch`, named as burn-train's `FileCheckpointer` names it.
+    fn path(&self, epoch: usize) -> PathBuf {
+        self.dir.join(format!("{}-{epoch}.bpk", self.name))
     }
 }
 
@@ -102,7 +117,9 @@ impl<R: Checkpoint> Checkpointer<R> for PartCheckpointer {
     }
 
     fn restore(&self, epoch: usize) -> Result<R, CheckpointerError> {
-        self.inner.restore(epoch)
+        let bytes = std::fs::read(self.path(epoch)).map_err(CheckpointerError::IOError)?;
+        R::checkpoint_from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
+            .map_err(CheckpointerError::Record)
     }
 }
 
@@ -238,5 +255,44 @@ impl RunRecord {
                   fresh (--fresh, or delete the folder)"
                 .into(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::nn::LinearConfig;
+    use burn::prelude::*;
+    use burn::store::ModuleRecord;
+
+    use super::*;
+
+    /// A restored part owns its data: deleting its file (as keep-last-N rotation and a finished
+    /// study cell do) leaves the restored tensors readable.
+    #[test]
+    fn a_restored_part_outlives_its_file() {
+        let device = Device::flex();
+        let dir = tempfile::tempdir().unwrap();
+        let linear = LinearConfig::new(3, 2).init(&device);
+        let weights = linear.weight.val().into_data();
+        let checkpointer = PartCheckpointer::new(dir.path(), PARTS[0]);
+        Checkpointer::<ModuleRecord>::save(&checkpointer, 1, linear.clone().into_record()).unwrap();
+        let record: ModuleRecord = checkpointer.restore(1).unwrap();
+        Checkpointer::<ModuleRecord>::delete(&checkpointer, 1).unwrap();
+        assert!(!dir.path().join("model-1.bpk").exists());
+        let restored = LinearConfig::new(3, 2)
+            .init(&device)
+            .try_load_record(record)
+            .unwrap();
+        assert_eq!(restored.weight.val().into_data(), weights);
+    }
+
+    #[test]
+    fn a_missing_part_is_an_io_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpointer = PartCheckpointer::new(dir.path(), PARTS[1]);
+        let err = Checkpointer::<ModuleRecord>::restore(&checkpointer, 7)
+            .map(|_| ())
+            .unwrap_err();
+        assert!(matches!(err, CheckpointerError::IOError(_)), "{err}");
     }
 }

@@ -521,6 +521,10 @@ pub fn exact_match(predicted: &[Vec<i64>], expected: &[Vec<i64>]) -> f64 {
 
 /// Exact match of `model` on `examples` (all of one length) by cached greedy decoding: one
 /// read of the answers. `Err` with the embedding's error when the model refuses the length.
+///
+/// # Panics
+///
+/// If the examples' prompts or answers differ in length (they form one batch).
 pub fn score(
     model: &LanguageModel,
     examples: &[Example],
@@ -530,6 +534,13 @@ pub fn score(
         return Ok(0.0);
     };
     let (prompt_len, answer_len) = (first.prompt.len(), first.answer.len());
+    assert!(
+        examples
+            .iter()
+            .all(|e| e.prompt.len() == prompt_len && e.answer.len() == answer_len),
+        "score takes examples of one length (one batch): the first has a {prompt_len}-token \
+         prompt and a {answer_len}-token answer, and another differs; score each length apart"
+    );
     let prompts: Vec<i64> = examples.iter().flat_map(|e| e.prompt.clone()).collect();
     let prompts = Tensor::<2, Int>::from_data(
         TensorData::new(prompts, [examples.len(), prompt_len]),
@@ -1381,6 +1392,23 @@ mod tests {
         predicted[3][0] = 8;
         assert_eq!(exact_match(&predicted, &expected), 0.5);
         assert_eq!(exact_match(&[], &[]), 0.0);
+    }
+
+    #[test]
+    #[should_panic(expected = "score takes examples of one length")]
+    fn score_refuses_a_batch_of_mixed_lengths() {
+        let device = Device::flex();
+        let model = StudyConfig::new()
+            .with_d_model(16)
+            .with_n_blocks(1)
+            .model_config(Task::Copy, Scheme::Alibi)
+            .init(&device);
+        let mut rng = SplitMix64::new(1);
+        let examples = [
+            Task::Copy.example(2, &mut rng),
+            Task::Copy.example(3, &mut rng),
+        ];
+        let _ = score(&model, &examples, &device);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use burn::prelude::*;
 use burn_positional_examples::length_generalization::{
-    Progress, StudyConfig, Task, Variant, greedy, run_study, train_cell,
+    Progress, SCHEMES, StudyConfig, Task, Variant, greedy, run_study, train_cell,
 };
 use burn_positional_examples::schemes::Scheme;
 
@@ -34,14 +34,7 @@ fn prompts(device: &Device) -> Tensor<2, Int> {
 /// For every scheme: the logits of token-by-token cached forwards equal the rows of one full
 /// forward, and greedy decoding gives the same tokens with and without the cache.
 pub fn cached_greedy_decoding_equals_uncached(device: &Device) {
-    for scheme in [
-        Scheme::None,
-        Scheme::Sinusoidal,
-        Scheme::Learned,
-        Scheme::T5,
-        Scheme::Rope,
-        Scheme::Alibi,
-    ] {
+    for scheme in SCHEMES {
         let model = model(scheme, device);
         // The learned table holds Task::Copy.model_len(3) = 8 positions: 5 prompt tokens
         // and 3 answer tokens are read.
