@@ -225,6 +225,22 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 /// variant); a refused length has no point.
 fn draw(results: &StudyResults, path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let l = results.config.train_len;
+    // One legend (the colours are the same in every panel), in the panel with the least to
+    // hide: the lowest best accuracy past L (the last such panel on a tie).
+    let best_past_l = |task: &String| {
+        results
+            .summary
+            .iter()
+            .filter(|s| &s.task == task && s.n > l)
+            .filter_map(|s| s.mean)
+            .fold(0.0f64, f64::max)
+    };
+    let legend_task = results
+        .config
+        .tasks
+        .iter()
+        .rev()
+        .min_by(|a, b| best_past_l(a).total_cmp(&best_past_l(b)));
     let mut panels = Vec::new();
     for task in &results.config.tasks {
         let mut rows: Vec<&str> = Vec::new();
@@ -250,7 +266,9 @@ fn draw(results: &StudyResults, path: &std::path::Path) -> Result<(), Box<dyn st
                 .summary
                 .iter()
                 .any(|s| &s.task == task && s.row == *row && s.refused.is_some());
-            let name = if refused {
+            let name = if Some(task) != legend_task {
+                String::new()
+            } else if refused {
                 format!("{row} (refuses n > {l})")
             } else {
                 row.to_string()
