@@ -276,7 +276,7 @@ fn mutated_configs_load_or_fail_cleanly() {
 }
 
 /// Offsets at the end of `usize`: `offset + seq` must not overflow anywhere; each is the typed
-/// error, for learned and sinusoidal tables.
+/// error naming the table's limit, for learned and sinusoidal tables.
 #[test]
 fn offsets_near_usize_max_are_refused() {
     let device = Device::flex();
@@ -291,9 +291,78 @@ fn offsets_near_usize_max_are_refused() {
                 )
                 .expect_err("past every table");
             assert!(
-                matches!(err, burn_positional::PositionError::OffsetTooLarge { .. }),
+                matches!(
+                    err,
+                    burn_positional::PositionError::PositionPastTable { .. }
+                        | burn_positional::PositionError::PositionPastSinusoidLimit { .. }
+                ),
                 "offset {offset}: {err}"
             );
         }
+    }
+}
+
+/// Sizes that cannot exist, or whose tables would pass the documented ceiling
+/// (`MAX_TABLE_VALUES`, 2^32 values), are `InvalidConfig` naming the field at `try_init`, before
+/// any allocation (before issue 24: an overflow panic in `d_token + d_position`, and allocations
+/// of 2^40-row tables that aborted the process).
+#[test]
+fn impossible_sizes_are_refused_at_init() {
+    use burn_positional::{
+        Combine, PositionError, RopeConfig, SelfAttentionConfig, SinusoidalConfig,
+    };
+    let device = Device::flex();
+    let huge = 1usize << 40;
+    let field_of = |err: PositionError| match err {
+        PositionError::InvalidConfig { field, .. } => field.to_string(),
+        PositionError::ConcatSizeMismatch { .. } => "combine".to_string(),
+        other => panic!("not a config error: {other}"),
+    };
+    let embedding = |config: EmbeddingWithPositionConfig| {
+        let start = std::time::Instant::now();
+        let err = config.try_init(&device).expect_err("refused");
+        eprintln!("{err}: refused in {:?}", start.elapsed());
+        field_of(err)
+    };
+    let concat = EmbeddingWithPositionConfig::new(10, 8).with_combine(Combine::Concat {
+        d_token: usize::MAX,
+        d_position: 2,
+    });
+    assert_eq!(embedding(concat), "combine");
+    let cache_len = EmbeddingWithPositionConfig::new(10, 8)
+        .with_scheme(SinusoidalConfig::new().with_cache_len(huge).into());
+    assert_eq!(embedding(cache_len), "SinusoidalConfig::cache_len");
+    let max_len =
+        EmbeddingWithPositionConfig::new(10, 8).with_scheme(LearnedConfig::new(huge).into());
+    assert_eq!(embedding(max_len), "LearnedConfig::max_len");
+    assert_eq!(
+        embedding(EmbeddingWithPositionConfig::new(huge, 8)),
+        "vocab_size"
+    );
+    let limit = EmbeddingWithPositionConfig::new(10, 8).with_scheme(
+        SinusoidalConfig::new()
+            .with_cache_len(64)
+            .with_max_len(Some(32))
+            .into(),
+    );
+    assert_eq!(embedding(limit), "SinusoidalConfig::max_len");
+    let rope = RopeConfig::new(8).with_cache_len(huge);
+    assert_eq!(
+        field_of(rope.validate().unwrap_err()),
+        "RopeConfig::cache_len"
+    );
+    for (config, field) in [
+        (
+            SelfAttentionConfig::new(huge, 1),
+            "SelfAttentionConfig::d_model",
+        ),
+        (
+            SelfAttentionConfig::new(64, 4).with_d_ff(Some(huge)),
+            "SelfAttentionConfig::d_ff",
+        ),
+    ] {
+        let err = config.try_init(&device).expect_err("refused");
+        assert!(err.to_string().contains(&huge.to_string()), "{err}");
+        assert_eq!(field_of(err), field);
     }
 }

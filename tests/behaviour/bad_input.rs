@@ -118,7 +118,11 @@ pub fn sequence_longer_than_the_learned_table(device: &Device) {
         &msg,
         &["position 8", "max_len = 8", "at least 9", "sinusoidal"],
     );
-    forward_defers(&embed, too_long, Positions::default(), &[8], &err);
+    // Known from the shape alone: the read-free forward fails at once, with the same words.
+    assert_eq!(
+        panic_message(|| drop(embed.forward(too_long))),
+        err.to_string()
+    );
 
     // The same limit by offset and by explicit positions.
     let x = Tensor::<2, Int>::ones([1, 4], device);
@@ -150,7 +154,7 @@ pub fn sequence_longer_than_the_learned_table(device: &Device) {
     assert!(embed.try_forward(x, Positions::Offset(4)).is_ok());
 }
 
-/// Sinusoidal positions have no limit, but a read-free forward cannot grow the device table to
+/// Sinusoidal positions grow the table up to its `max_len`, but a read-free forward cannot grow it to
 /// explicit positions it does not read: past the table (and past `seq`) they are NaN and
 /// named by the check with the fix; `try_forward` grows the table and embeds them.
 pub fn explicit_positions_past_the_sinusoidal_table(device: &Device) {
@@ -247,7 +251,8 @@ pub fn deferred_check_over_many_forwards(device: &Device) {
 }
 
 /// Ids past 2^31 are compared in their own width (never narrowed to a valid id), and an offset
-/// past the kernels' i32 positions is a typed error, on every backend.
+/// past 2^31 is refused against the nearest limit the user can act on (the table's), on every
+/// backend.
 pub fn wide_ids_and_offsets(device: &Device) {
     let embed = EmbeddingWithPositionConfig::new(10, 8)
         .with_scheme(LearnedConfig::new(8).into())
@@ -260,21 +265,21 @@ pub fn wide_ids_and_offsets(device: &Device) {
         .unwrap_err();
     assert_eq!(
         err,
-        PositionError::OffsetTooLarge {
-            offset: 1 << 31,
-            seq: 2,
-            limit: i32::MAX as i64
+        PositionError::PositionPastTable {
+            position: 1 << 31,
+            max_len: 8,
+            needed: (1 << 31) + 2,
         }
     );
-    assert_mentions(&err.to_string(), &["2147483648", "2147483647", "Fix"]);
-    // A sinusoidal embedding refuses it the same way, with no table of 2^31 rows built.
+    assert_mentions(&err.to_string(), &["2147483648", "max_len = 8", "Fix"]);
+    // A sinusoidal embedding refuses it against its own limit, with no table of 2^31 rows built.
     let sinusoidal = EmbeddingWithPositionConfig::new(10, 8).init(device);
     assert!(matches!(
         sinusoidal.try_forward(
             Tensor::<2, Int>::ones([1, 2], device),
             Positions::Offset(1 << 31)
         ),
-        Err(PositionError::OffsetTooLarge { .. })
+        Err(PositionError::PositionPastSinusoidLimit { .. })
     ));
     if device.supports_dtype(burn::tensor::DType::I64) {
         // 2^32 + 5 narrowed to 32 bits would be 5, a valid id.

@@ -4,7 +4,7 @@
 use std::cell::Cell;
 
 use burn::backend::Dispatch;
-use burn::tensor::{Device, Int, Tensor};
+use burn::tensor::{DType, Device, Int, Tensor};
 
 use crate::PositionalKernels;
 use crate::options::{
@@ -128,22 +128,24 @@ impl InputStatus {
         Self::check_all(std::slice::from_ref(self))
     }
 
-    /// Checks many statuses with one read per device: the codes are concatenated on their
-    /// device and read back together. Reports the first bad token of the first bad status, in
+    /// Checks many statuses with one read per device and ids' dtype: the codes are concatenated
+    /// on their device and read back together. Reports the first bad token of the first bad status, in
     /// the order given.
     pub fn check_all(statuses: &[InputStatus]) -> Result<(), FusedEmbeddingError> {
-        let mut devices: Vec<Device> = Vec::new();
+        // One read per (device, dtype): codes come in their ids' dtype (i32 or i64), and one
+        // concatenation takes one dtype.
+        let mut groups: Vec<(Device, DType)> = Vec::new();
         for status in statuses {
-            let device = status.codes.device();
-            if !devices.contains(&device) {
-                devices.push(device);
+            let group = (status.codes.device(), status.codes.dtype());
+            if !groups.contains(&group) {
+                groups.push(group);
             }
         }
         // (index in `statuses`, flat index of the first bad token, its code).
         let mut first: Option<(usize, usize, i64)> = None;
-        for device in devices {
+        for group in groups {
             let mine: Vec<usize> = (0..statuses.len())
-                .filter(|&i| statuses[i].codes.device() == device)
+                .filter(|&i| (statuses[i].codes.device(), statuses[i].codes.dtype()) == group)
                 .collect();
             let flat: Vec<Tensor<1, Int>> = mine
                 .iter()

@@ -47,8 +47,17 @@ pub struct AlibiConfig {
 #[derive(Module, Debug)]
 #[module(custom_display)]
 pub struct Alibi {
-    /// `[n_heads]`: the slopes, as in the paper.
-    pub slopes: Tensor<1>,
+    /// `[n_heads]`: the slopes, as in the paper ([`alibi_slopes`]). Private: the cached bias
+    /// is shared by every block of `n_heads` heads and one direction, which is right only while
+    /// the slopes are a function of `n_heads` alone. Read them with [`slopes`](Self::slopes).
+    ///
+    /// ```compile_fail
+    /// use burn::prelude::*;
+    /// let device = Device::flex();
+    /// let mut alibi = burn_positional_layer::AlibiConfig::new(2).init(&device);
+    /// alibi.slopes = Tensor::from_floats([1.0, 2.0], &device); // other slopes, same cache: refused
+    /// ```
+    slopes: Tensor<1>,
     /// Causal or symmetric.
     #[module(skip)]
     pub direction: AlibiDirection,
@@ -135,6 +144,11 @@ impl AlibiConfig {
 }
 
 impl Alibi {
+    /// `[n_heads]`: the slopes, as in the paper ([`alibi_slopes`]).
+    pub fn slopes(&self) -> Tensor<1> {
+        self.slopes.clone()
+    }
+
     /// The score bias for queries at positions `offset..offset + seq_q` against keys at
     /// positions `0..seq_k`, in the slopes' dtype. No length limit.
     ///
@@ -163,7 +177,8 @@ impl Alibi {
             return Tensor::zeros(Shape::new([1, n_heads, seq_q, seq_k]), (&device, dtype));
         }
         // One cache per config, found by value, so every block (and every clone, record load
-        // or device move) of this config shares it.
+        // or device move) of this config shares it. The slopes are a function of `n_heads`
+        // (the field is private), so `n_heads` and the direction are all the bias depends on.
         let cache: ShapeCache<Tensor<4>> =
             cache::shared(format!("alibi/{n_heads}/{:?}", self.direction));
         cache.get(&device, dtype, offset, seq_q, seq_k, |n| {

@@ -11,6 +11,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, DType, Device, Int, Shape, Tensor};
 
 use crate::cache::{self, ShapeCache};
+use crate::limits::table_fits;
 use crate::{
     Alibi, AlibiConfig, AlibiDirection, PositionError, Rope, RopeConfig, T5Bias, T5BiasConfig,
 };
@@ -205,6 +206,9 @@ pub struct SelfAttention {
     pub rope: Option<Rope>,
     /// The block's own score bias.
     pub score_bias: Option<ScoreBias>,
+    /// This block's identity, which a [`KvCache`] is bound to.
+    #[module(skip)]
+    id: BlockId,
 }
 
 impl ModuleDisplay for SelfAttention {
@@ -303,10 +307,29 @@ pub fn padding_mask(ids: Tensor<2, Int>, padding_idx: usize) -> Tensor<2, Bool> 
 ///
 /// Keys are stored after RoPE's rotation. Each step concatenates the new keys and values on
 /// the device (no read).
+///
+/// A cache is bound to the block that filled it (that block and its clones) and to its batch
+/// size: another block, or a batch of another size, is refused with a message before the
+/// cache is touched, so a mistake never gives silently wrong output nor empties the cache.
+/// [`clear`](Self::clear) unbinds it.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
     keys: Option<Tensor<4>>,
     values: Option<Tensor<4>>,
+    /// The block and batch size that filled it.
+    owner: Option<(BlockId, usize)>,
+}
+
+/// The identity of a block, drawn at `init`: kept by clones, record loads and device moves
+/// (the same weights), new for every other block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BlockId(u64);
+
+impl BlockId {
+    fn next() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Self(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 impl KvCache {
@@ -325,9 +348,30 @@ impl KvCache {
         self.len() == 0
     }
 
-    /// Forgets everything (a new sequence).
+    /// Forgets everything (a new sequence), and the block and batch it was bound to.
     pub fn clear(&mut self) {
         *self = Self::default();
+    }
+
+    /// Panics, leaving the cache as it is, unless it is empty or was filled by `block` (or a
+    /// clone of it) with `batch` sequences.
+    fn check_owner(&self, block: BlockId, batch: usize) {
+        let Some((owner, cached)) = self.owner else {
+            return;
+        };
+        assert!(
+            owner == block,
+            "this KvCache was filled by another attention block (it holds {} tokens of that \
+             block's keys and values). Fix: give every block its own cache (one KvCache per \
+             block, for example `vec![KvCache::new(); n_blocks]`), or `clear` it first",
+            self.len()
+        );
+        assert!(
+            cached == batch,
+            "this KvCache holds {cached} sequences, the input has {batch}. Fix: decode the same \
+             batch of sequences with it, or `clear` it to start a new batch (the cache was left \
+             as it was)"
+        );
     }
 }
 
@@ -392,7 +436,7 @@ impl SelfAttentionConfig {
                 rule: "the feed-forward needs a hidden width",
                 fix: format!(
                     "use None (4 * d_model = {}) or a positive width",
-                    4 * d_model
+                    d_model.saturating_mul(4)
                 ),
             });
         }
@@ -404,6 +448,15 @@ impl SelfAttentionConfig {
                 fix: "use the default 1e-5".into(),
             });
         }
+        // The projections are d_model x d_model, the feed-forward d_model x d_ff.
+        let fix = || "use the width of the model's token vectors".to_string();
+        table_fits("SelfAttentionConfig::d_model", d_model, d_model, fix)?;
+        table_fits(
+            "SelfAttentionConfig::d_ff",
+            self.d_ff.unwrap_or(4 * d_model),
+            d_model,
+            || "use None (4 * d_model) or the feed-forward width of the checkpoint".to_string(),
+        )?;
         let d_head = d_model / n_heads;
         if let Some(rope) = &self.rope {
             rope.validate()?;
@@ -441,7 +494,7 @@ impl SelfAttentionConfig {
     pub fn try_init(&self, device: &Device) -> Result<SelfAttention, PositionError> {
         self.validate()?;
         let d_model = self.d_model;
-        let d_ff = self.d_ff.unwrap_or(4 * d_model);
+        let d_ff = self.d_ff.unwrap_or(4 * d_model); // checked by `validate`
         let linear = |d_in, d_out| LinearConfig::new(d_in, d_out).init(device);
         let norm = || {
             LayerNormConfig::new(d_model)
@@ -463,6 +516,7 @@ impl SelfAttentionConfig {
             causal: self.causal,
             rope: self.rope.as_ref().map(|rope| rope.init(device)),
             score_bias: self.score_bias.as_ref().map(|bias| bias.init(device)),
+            id: BlockId::next(),
         }))
     }
 
@@ -573,7 +627,8 @@ impl SelfAttention {
     ///
     /// # Panics
     ///
-    /// As [`forward_input`](Self::forward_input), and if the cache holds another batch size.
+    /// As [`forward_input`](Self::forward_input), and if the cache was filled by another block or
+    /// holds another batch size (the cache is left untouched; see [`KvCache`]).
     pub fn forward_cached(&self, input: AttentionInput, cache: &mut KvCache) -> Tensor<3> {
         self.run(input, Some(cache), Path::Fused).0
     }
@@ -598,6 +653,9 @@ impl SelfAttention {
             self.d_model(),
             self.d_model()
         );
+        if let Some(cache) = &cache {
+            cache.check_owner(self.id, batch);
+        }
         let offset = cache.as_ref().map_or(0, |cache| cache.len());
         let seq_k = offset + seq;
         if let Some(mask) = &key_padding {
@@ -661,19 +719,14 @@ impl SelfAttention {
             (q, k) = (rope.apply(q, offset), rope.apply(k, offset));
         }
         if let Some(cache) = cache {
+            // Bound to this block and batch: checked in `run` before anything was touched.
             if let (Some(past_k), Some(past_v)) = (cache.keys.take(), cache.values.take()) {
-                assert_eq!(
-                    past_k.dims()[0],
-                    batch,
-                    "the cache holds {} sequences, the input {batch}. Fix: one cache per batch \
-                     of sequences; call `clear` to start a new one",
-                    past_k.dims()[0]
-                );
                 k = Tensor::cat(vec![past_k, k], 2);
                 v = Tensor::cat(vec![past_v, v], 2);
             }
             cache.keys = Some(k.clone());
             cache.values = Some(v.clone());
+            cache.owner = Some((self.id, batch));
         }
         let dtype = q.dtype();
         let own = self

@@ -42,10 +42,77 @@ pub(crate) trait Window: Clone + Send + 'static {
     fn window(&self, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>) -> Self;
 }
 
-struct Square<T> {
+/// Where a cached tensor may be reused: the same device, the same autodiff flag (burn's `==` on
+/// devices ignores it, and a tensor of the autodiff device must not feed a forward of the inner
+/// one, as burn-train's `valid()` runs) and the same dtype. The one rule of every cache in this
+/// crate: the shape caches here, the grown sinusoid table and RoPE's grown angles.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct DeviceKey {
     device: Device,
     autodiff: bool,
     dtype: DType,
+}
+
+impl DeviceKey {
+    pub(crate) fn new(device: &Device, dtype: DType) -> Self {
+        Self {
+            device: device.clone(),
+            autodiff: device.is_autodiff(),
+            dtype,
+        }
+    }
+}
+
+/// One tensor (or tuple of tensors) grown on demand and shared by clones of a module, with the
+/// [`DeviceKey`] it was made for: a training step maps the module into a new value and the
+/// growth should survive it. At most one entry: a request under another key replaces it.
+pub(crate) struct Grown<T>(Arc<Mutex<Option<(DeviceKey, T)>>>);
+
+impl<T> Clone for Grown<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<T> Default for Grown<T> {
+    fn default() -> Self {
+        Self(Arc::default())
+    }
+}
+
+impl<T> core::fmt::Debug for Grown<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let key = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|t| t.as_ref().map(|(key, _)| key.dtype));
+        write!(f, "Grown({key:?})")
+    }
+}
+
+impl<T: Clone> Grown<T> {
+    /// Runs `f` on the entry for `key` (`None` if there is none, or it was made for another
+    /// key); whatever `f` leaves in the slot is kept under `key`.
+    pub(crate) fn with<R>(&self, key: &DeviceKey, f: impl FnOnce(&mut Option<T>) -> R) -> R {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut mine = match slot.take() {
+            Some((k, value)) if k == *key => Some(value),
+            other => {
+                *slot = other;
+                None
+            }
+        };
+        let out = f(&mut mine);
+        if let Some(value) = mine {
+            *slot = Some((key.clone(), value));
+        }
+        out
+    }
+}
+
+struct Square<T> {
+    key: DeviceKey,
     n: usize,
     tensor: T,
 }
@@ -96,12 +163,10 @@ impl<T: Window> ShapeCache<T> {
         build: impl FnOnce(usize) -> T,
     ) -> T {
         let need = (offset + seq_q).max(seq_k);
-        let autodiff = device.is_autodiff();
+        let key = DeviceKey::new(device, dtype);
         let rows = offset..offset + seq_q;
         let mut squares = self.squares.lock().unwrap_or_else(|e| e.into_inner());
-        let fits = |s: &Square<T>| {
-            s.device == *device && s.autodiff == autodiff && s.dtype == dtype && s.n >= need
-        };
+        let fits = |s: &Square<T>| s.key == key && s.n >= need;
         if let Some(i) = squares.iter().position(fits) {
             // Most recently used last.
             let square = squares.remove(i);
@@ -113,7 +178,7 @@ impl<T: Window> ShapeCache<T> {
         // one token at a time (cached decoding) rebuilds log(n) times, not n times.
         let smaller = squares
             .iter()
-            .filter(|s| s.device == *device && s.autodiff == autodiff && s.dtype == dtype)
+            .filter(|s| s.key == key)
             .map(|s| s.n)
             .max()
             .unwrap_or(0);
@@ -122,17 +187,11 @@ impl<T: Window> ShapeCache<T> {
         } else {
             need.max(2 * smaller)
         };
-        squares.retain(|s| !(s.device == *device && s.autodiff == autodiff && s.dtype == dtype));
+        squares.retain(|s| s.key != key);
         let tensor = build(n);
         BUILDS.with(|n| n.set(n.get() + 1));
         let window = tensor.window(rows, 0..seq_k);
-        squares.push(Square {
-            device: device.clone(),
-            autodiff,
-            dtype,
-            n,
-            tensor,
-        });
+        squares.push(Square { key, n, tensor });
         if squares.len() > CACHED_SQUARES {
             squares.remove(0);
         }

@@ -10,6 +10,7 @@ use burn_positional_kernels::{
     FusedCombine, FusedEmbeddingError, FusedEmbeddingOptions, InputStatus, fused_embedding,
 };
 
+use crate::limits::table_fits;
 use crate::status::StatusLog;
 use crate::{AbsolutePosition, PositionError, PositionSchemeConfig, Positions, SinusoidalConfig};
 
@@ -66,8 +67,8 @@ pub struct EmbeddingWithPositionConfig {
 
 /// Token embedding and absolute position in one module.
 ///
-/// Drop-in for burn's `Embedding` followed by `PositionalEncoding`, with no length limit for
-/// sinusoidal positions, learned tables, concatenation, offsets and explicit positions, and
+/// Drop-in for burn's `Embedding` followed by `PositionalEncoding`, with no fixed length limit
+/// for sinusoidal positions (a configurable ceiling bounds the device table), learned tables, concatenation, offsets and explicit positions, and
 /// token ids checked on every backend (an unchecked gather on wgpu returns stray data).
 ///
 /// # Bad input
@@ -148,32 +149,17 @@ impl EmbeddingWithPositionConfig {
                 "choose a positive width, such as 512",
             ));
         }
-        if self
-            .vocab_size
-            .checked_mul(self.d_model)
-            .is_none_or(|n| n > isize::MAX as usize / 8)
-        {
-            return Err(PositionError::InvalidConfig {
-                field: "vocab_size",
-                value: self.vocab_size.to_string(),
-                rule: "the token table (vocab_size * d_model values) must fit in memory",
-                fix: format!(
-                    "check the config: with d_model = {}, a vocabulary this large cannot be \
-                     stored",
-                    self.d_model
-                ),
-            });
-        }
         if let Combine::Concat {
             d_token,
             d_position,
         } = self.combine
         {
-            if d_token + d_position != self.d_model {
+            let sum = d_token.checked_add(d_position);
+            if sum != Some(self.d_model) {
                 return Err(PositionError::ConcatSizeMismatch {
                     d_token,
                     d_position,
-                    sum: d_token + d_position,
+                    sum: sum.unwrap_or(usize::MAX),
                     d_model: self.d_model,
                     suggest_token: self.d_model.saturating_sub(d_position),
                 });
@@ -187,6 +173,10 @@ impl EmbeddingWithPositionConfig {
                 ));
             }
         }
+        let (d_token, _) = self.widths();
+        table_fits("vocab_size", self.vocab_size, d_token, || {
+            "set it to the tokenizer's vocabulary size".into()
+        })?;
         if let Some(idx) = self.padding_idx
             && idx >= self.vocab_size
         {
@@ -276,8 +266,8 @@ impl EmbeddingWithPosition {
     ///
     /// # Panics
     ///
-    /// On what the host can tell without a read: an offset past `i32::MAX` (see
-    /// [`forward_at`](Self::forward_at)).
+    /// On what the host can tell without a read: a sequence longer than a learned table's
+    /// `max_len` or the sinusoidal table's limit (see [`forward_at`](Self::forward_at)).
     pub fn forward(&self, ids: Tensor<2, Int>) -> Tensor<3> {
         self.forward_at(ids, Positions::Offset(0))
     }
@@ -294,7 +284,10 @@ impl EmbeddingWithPosition {
     /// # Panics
     ///
     /// With the message of [`try_forward`](Self::try_forward) on what the host can tell without
-    /// a read: explicit positions of another shape, an offset past `i32::MAX`.
+    /// a read: explicit positions of another shape, and an offset window `offset..offset + seq`
+    /// that passes a learned table's `max_len` or the sinusoidal table's
+    /// [`max_len`](crate::SinusoidalConfig::max_len). Explicit positions past a table are known
+    /// only on the device: NaN rows, named by [`check_inputs`](Self::check_inputs).
     ///
     /// ```
     /// use burn::prelude::*;
@@ -330,10 +323,20 @@ impl EmbeddingWithPosition {
         self.dropout.forward(output)
     }
 
-    /// Reads back the statuses of every forward since the last check and names the first bad
+    /// Reads back the statuses of the forwards since the last check and names the first bad
     /// token (its id or position, its place, the limit and the fix); clears them either way.
-    /// One transfer per device: call it when a stall is acceptable (every N steps, at the end
-    /// of an epoch, when a loss turns NaN).
+    /// One transfer per device and id dtype: call it when a stall is acceptable (every N
+    /// steps, at the end of an epoch, when a loss turns NaN).
+    ///
+    /// # Which forwards a check covers
+    ///
+    /// Clones of a module share their pending statuses (a training step maps the model into a
+    /// new value, and the step before must still be checked), kept apart per thread. A check
+    /// covers the forwards made on the calling thread, through this module or any clone of
+    /// it, and those made on threads that have since exited (burn-train's workers, once
+    /// joined): it never consumes the report of a forward running on another live thread,
+    /// which that thread's own check receives. A check that fails while reading (a device
+    /// error) puts the statuses back, so a later check still reports them.
     ///
     /// The last 64 forwards are kept in full detail; older ones are folded (on the device, no
     /// read) into a count of bad tokens, reported as
@@ -360,8 +363,10 @@ impl EmbeddingWithPosition {
     }
 
     /// Embeds token ids at the given positions, or says why the input was refused: an id
-    /// outside `0..vocab_size`, a negative position, a position past a learned table, explicit
-    /// positions whose shape differs from the ids', an offset past `i32::MAX`.
+    /// outside `0..vocab_size`, a negative position, a position past a learned table or past
+    /// the sinusoidal table's [`max_len`](crate::SinusoidalConfig::max_len), explicit positions
+    /// whose shape differs from the ids'. Never panics on input, and refuses a far position
+    /// before allocating anything for it.
     ///
     /// Fused by default (see [`EmbeddingWithPositionConfig::fused`]): one pass computes the
     /// output and a per-token status, and one read-back of that status (`batch * seq` small
@@ -405,8 +410,10 @@ impl EmbeddingWithPosition {
                 AbsolutePosition::Sinusoidal(table),
                 Positions::Explicit(p),
             ) => {
-                // Grow the device table to the largest position, then run again.
+                // Grow the device table to the largest position (if under its limit), then run
+                // again.
                 let max = p.clone().max().into_scalar::<i64>();
+                table.check(max)?;
                 table.table(max as usize + 1, self.tokens.val().dtype());
                 let (output, status) = self.forward_fused(ids, positions)?;
                 if let Some(status) = status {
@@ -431,20 +438,22 @@ impl EmbeddingWithPosition {
                 None,
             ));
         }
+        if let Positions::Offset(offset) = &positions {
+            self.position.check_window(*offset, seq)?;
+        }
+        self.check_dtypes("this module")?;
         let tokens = self.tokens.val();
         let table = match &self.position {
             AbsolutePosition::None(_) => None,
             AbsolutePosition::Learned(table) => Some(table.table.val()),
             AbsolutePosition::Sinusoidal(table) => {
-                // Grow to an offset's last position, unless it passes what the kernels
-                // compute with (then the kernels' entry check refuses it, with no table built).
-                // Explicit positions are not read back; the table covers at least `seq` rows,
-                // which holds every left-padded batch.
+                // Grow to an offset's last position (checked above to be under the limit).
+                // Explicit positions are not read back; the table covers at least `seq` rows
+                // (up to its limit), which holds every left-padded batch.
                 let len = match &positions {
-                    Positions::Offset(offset) => offset.saturating_add(seq),
-                    Positions::Explicit(_) => seq,
+                    Positions::Offset(offset) => offset + seq,
+                    Positions::Explicit(_) => seq.min(table.max_len()),
                 };
-                let len = if len > i32::MAX as usize { 0 } else { len };
                 Some(table.table(len, tokens.dtype()))
             }
         };
@@ -529,13 +538,12 @@ impl EmbeddingWithPosition {
                 .collect::<Vec<_>>(),
         );
         check_ids_in(&ids, ranges[0], self.vocab_size())?;
+        self.check_dtypes("this module")?;
 
         let tokens = self.token_vectors(ids);
         let position = match positions {
             Positions::Offset(offset) => {
-                if seq > 0 {
-                    self.position.check((offset + seq - 1) as i64)?;
-                }
+                self.position.check_window(offset, seq)?;
                 self.position
                     .rows(offset, seq)
                     .map(|rows| rows.unsqueeze::<3>())
@@ -568,6 +576,12 @@ impl EmbeddingWithPosition {
     fn combine(&self, tokens: Tensor<3>, position: Option<Tensor<3>>) -> Tensor<3> {
         let Some(position) = position else {
             return tokens;
+        };
+        // A constant table (the sinusoid's, f32) beside tokens cast to f16 or bf16.
+        let position = if position.dtype() == tokens.dtype() {
+            position
+        } else {
+            position.cast(tokens.dtype())
         };
         match self.combine {
             Combine::Add => tokens + position,
@@ -604,11 +618,32 @@ impl EmbeddingWithPosition {
             path: shown.clone(),
             detail: record_detail(err),
         })?;
-        self.try_load_record(record)
+        let loaded = self
+            .try_load_record(record)
             .map_err(|err| PositionError::RecordMismatch {
-                path: shown,
+                path: shown.clone(),
                 detail: record_detail(err),
-            })
+            })?;
+        loaded.check_dtypes(&format!("the record {shown}"))?;
+        Ok(loaded)
+    }
+
+    /// Refuses a token table and a learned position table of two float dtypes (a record saved
+    /// that way, or a module half cast), which no forward can combine. No read: dtypes are
+    /// known on the host.
+    fn check_dtypes(&self, origin: &str) -> Result<(), PositionError> {
+        let AbsolutePosition::Learned(learned) = &self.position else {
+            return Ok(());
+        };
+        let (tokens, table) = (self.tokens.val().dtype(), learned.table.val().dtype());
+        if tokens == table {
+            return Ok(());
+        }
+        Err(PositionError::TableDTypeMismatch {
+            origin: origin.to_string(),
+            tokens: format!("{tokens:?}"),
+            table: format!("{table:?}"),
+        })
     }
 }
 

@@ -29,7 +29,9 @@ pub enum PositionError {
         vocab_size: usize,
     },
 
-    /// A position is at or past the end of a learned position table.
+    /// A position is at or past the end of a learned position table. `position` is the first
+    /// position without a row, `needed` the `max_len` that would hold the whole input (for an
+    /// offset, the window `offset..offset + seq`).
     #[error(
         "position {position} is past the learned position table, which has max_len = {max_len} \
          rows (positions must be in 0..{max_len}). Fix: raise `LearnedConfig::max_len` to at \
@@ -37,7 +39,7 @@ pub enum PositionError {
          scheme with no length limit (sinusoidal)"
     )]
     PositionPastTable {
-        /// The largest position the input asked for.
+        /// The first position without a row.
         position: i64,
         /// The number of rows in the learned table.
         max_len: usize,
@@ -59,6 +61,22 @@ pub enum PositionError {
         /// Rows of the device table.
         table_len: usize,
         /// The `cache_len` that would hold it.
+        needed: usize,
+    },
+
+    /// A position at or past the most rows the sinusoidal table grows to.
+    #[error(
+        "position {position} is past the sinusoidal table's limit, max_len = {max_len} rows \
+         (positions must be in 0..{max_len}; the limit keeps the device table bounded). Fix: \
+         raise `SinusoidalConfig::max_len` to at least {needed} (a table of {needed} x d_position \
+         values on the device), or restart positions from 0 (a window of the sequence)"
+    )]
+    PositionPastSinusoidLimit {
+        /// The first position past the limit.
+        position: i64,
+        /// The limit, in rows.
+        max_len: usize,
+        /// The `max_len` that would hold this input.
         needed: usize,
     },
 
@@ -204,6 +222,22 @@ pub enum PositionError {
         path: String,
         /// What burn reported (names the tensor and both shapes).
         detail: String,
+    },
+
+    /// The token table and the learned position table have two float dtypes.
+    #[error(
+        "{origin} has a token table `tokens` in {tokens} and a learned position table \
+         `position.Learned.table` in {table}; a forward combines them in one dtype. Fix: cast \
+         the whole module to one float dtype (a `ModuleMapper` over every float parameter) and \
+         save it again"
+    )]
+    TableDTypeMismatch {
+        /// Where the tables came from (a record's path, or this module).
+        origin: String,
+        /// The token table's dtype.
+        tokens: String,
+        /// The learned table's dtype.
+        table: String,
     },
 }
 

@@ -11,6 +11,7 @@ use burn::nn::Initializer;
 use burn::tensor::module::embedding;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
+use crate::limits::table_fits;
 use crate::{PositionError, SinusoidalConfig, sinusoid_rows};
 
 /// How a learned table starts.
@@ -65,18 +66,9 @@ impl LearnedConfig {
                 fix: "set max_len to the longest sequence the model will see".into(),
             });
         }
-        if self
-            .max_len
-            .checked_mul(d_position)
-            .is_none_or(|n| n > isize::MAX as usize / 8)
-        {
-            return Err(PositionError::InvalidConfig {
-                field: "LearnedConfig::max_len",
-                value: self.max_len.to_string(),
-                rule: "the table (max_len * d_position values) must fit in memory",
-                fix: "set max_len to the longest sequence the model will see".into(),
-            });
-        }
+        table_fits("LearnedConfig::max_len", self.max_len, d_position, || {
+            "set max_len to the longest sequence the model will see".into()
+        })?;
         if let LearnedInit::Sinusoidal { base } = self.init {
             SinusoidalConfig::new()
                 .with_base(base)
@@ -120,7 +112,7 @@ impl LearnedPosition {
             return Err(PositionError::PositionPastTable {
                 position: max_position,
                 max_len,
-                needed: max_position as usize + 1,
+                needed: (max_position as usize).saturating_add(1),
             });
         }
         Ok(())

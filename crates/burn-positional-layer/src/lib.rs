@@ -28,6 +28,7 @@ mod cache;
 mod embedding;
 mod error;
 mod learned;
+mod limits;
 mod materialize;
 mod rope;
 mod scheme;
@@ -50,6 +51,7 @@ pub use embedding::{
 };
 pub use error::PositionError;
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
+pub use limits::{GROWN_TABLE_VALUES, MAX_TABLE_VALUES};
 pub use materialize::materialize;
 pub use rope::{Rope, RopeConfig, RopeLayout, RopeScaling, rope_angles};
 pub use scheme::{AbsolutePosition, NoPosition, PositionSchemeConfig, Positions};

@@ -23,13 +23,13 @@
 //! 2023). The tables are constants, so a trained model takes it at test time through
 //! [`Rope::rescaled`].
 
-use std::sync::{Arc, Mutex};
-
 use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::PositionError;
+use crate::cache::{DeviceKey, Grown};
+use crate::limits::{GROWN_TABLE_VALUES, table_fits};
 
 /// Which dimensions form a rotated pair.
 #[derive(Config, Debug, PartialEq, Copy)]
@@ -190,20 +190,8 @@ impl ModuleDisplay for Rope {
 
 /// Angle tables longer than the precomputed ones: `(cos, sin)`, each `[rows, rotary_dims / 2]`.
 /// Grown by doubling when a sequence walks past them (cached decoding), so the host computes
-/// each row once, not once per step.
-#[derive(Clone, Default)]
-struct GrownAngles(Arc<Mutex<Option<(Tensor<2>, Tensor<2>)>>>);
-
-impl core::fmt::Debug for GrownAngles {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let rows = self
-            .0
-            .lock()
-            .ok()
-            .and_then(|t| t.as_ref().map(|(cos, _)| cos.dims()[0]));
-        write!(f, "GrownAngles({rows:?})")
-    }
-}
+/// each row once, not once per step; never past [`GROWN_TABLE_VALUES`] values.
+type GrownAngles = Grown<(Tensor<2>, Tensor<2>)>;
 
 /// `cos` and `sin` of `p * base^(-2j / rotary_dims)`, row-major `[positions, rotary_dims / 2]`,
 /// evaluated in f64 and rounded once to f32.
@@ -255,6 +243,9 @@ impl RopeConfig {
                 ),
             });
         }
+        table_fits("RopeConfig::cache_len", self.cache_len, rotary_dims, || {
+            "lower it to the longest context the model serves".into()
+        })?;
         self.scaling.validate(rotary_dims)
     }
 
@@ -284,7 +275,7 @@ impl RopeConfig {
             base: self.base,
             layout: self.layout,
             scaling: self.scaling,
-            grown: GrownAngles::default(),
+            grown: Grown::default(),
         }
     }
 }
@@ -333,7 +324,12 @@ impl Rope {
     /// each row once); a far jump is computed for its window alone.
     fn angles(&self, offset: usize, seq: usize) -> (Tensor<2>, Tensor<2>) {
         let [cache_len, half] = self.cos.dims();
-        let end = offset + seq;
+        let end = offset.checked_add(seq).unwrap_or_else(|| {
+            panic!(
+                "rope: positions {offset}..{offset} + {seq} pass usize::MAX. Fix: restart \
+                 positions from 0 (a window of the sequence)"
+            )
+        });
         let rows = [offset..end, 0..half];
         if end <= cache_len {
             return (
@@ -355,25 +351,28 @@ impl Rope {
                 Tensor::<2>::from_data(TensorData::new(sin, shape), &device),
             )
         };
-        let mut grown = self.grown.0.lock().unwrap_or_else(|e| e.into_inner());
-        let current = match grown.as_ref() {
-            Some((cos, _))
-                if cos.device() == device && cos.device().is_autodiff() == device.is_autodiff() =>
-            {
-                cos.dims()[0]
+        let key = DeviceKey::new(&device, self.cos.dtype());
+        // Grown tables stop at GROWN_TABLE_VALUES values (both tables together): past that,
+        // each call computes its own window, which costs `seq` rows, not the whole prefix.
+        let max_rows = (GROWN_TABLE_VALUES / (2 * half.max(1))).max(cache_len);
+        let window = self.grown.with(&key, |grown| {
+            let current = grown.as_ref().map_or(cache_len, |(cos, _)| cos.dims()[0]);
+            if end > current {
+                let doubled = 2 * current.max(1);
+                if end > doubled || doubled > max_rows {
+                    // A jump far past the tables, or a table that would pass its ceiling.
+                    return None;
+                }
+                *grown = Some(upload(0..doubled));
             }
-            _ => cache_len,
-        };
-        if end > current {
-            if end > 2 * current.max(1) {
-                // A jump far past the tables: compute this window only.
-                drop(grown);
-                return upload(offset..end);
-            }
-            *grown = Some(upload(0..2 * current.max(1)));
-        }
-        let (cos, sin) = grown.as_ref().expect("grown above");
-        (cos.clone().slice(rows.clone()), sin.clone().slice(rows))
+            grown.as_ref().map(|(cos, sin)| {
+                (
+                    cos.clone().slice(rows.clone()),
+                    sin.clone().slice(rows.clone()),
+                )
+            })
+        });
+        window.unwrap_or_else(|| upload(offset..end))
     }
 
     /// Rotates queries or keys whose first token sits at position `offset`.

@@ -4,7 +4,7 @@
 //! | scheme | paper | table | past its range |
 //! | --- | --- | --- | --- |
 //! | [`None`](PositionSchemeConfig::None) | — | — | nothing to run out of |
-//! | [`Sinusoidal`](PositionSchemeConfig::Sinusoidal) | Vaswani et al. 2017 | computed | any position, f64-accurate |
+//! | [`Sinusoidal`](PositionSchemeConfig::Sinusoidal) | Vaswani et al. 2017 | computed | up to a bounded `max_len`, f64-accurate; past it a clear error |
 //! | [`Learned`](PositionSchemeConfig::Learned) | BERT, GPT | trained `[max_len, d]` | a clear error |
 //!
 //! Schemes that act on attention rather than on the embedding (rotary, score biases) live with
@@ -104,8 +104,47 @@ impl AbsolutePosition {
     pub fn check(&self, max_position: i64) -> Result<(), PositionError> {
         match self {
             Self::Learned(table) => table.check(max_position),
-            Self::None(_) | Self::Sinusoidal(_) => Ok(()),
+            Self::Sinusoidal(table) => table.check(max_position),
+            Self::None(_) => Ok(()),
         }
+    }
+
+    /// Refuses the window `offset..offset + seq` if the scheme has no vector for part of it,
+    /// with no read and no allocation: the error names the first position without a vector and
+    /// the limit that would hold the whole window (`offset + seq`).
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional_layer::{LearnedConfig, PositionError, PositionSchemeConfig};
+    ///
+    /// let device = Device::flex();
+    /// let learned = PositionSchemeConfig::from(LearnedConfig::new(32)).init(8, &device);
+    /// let err = learned.check_window(30, 8).unwrap_err();
+    /// assert_eq!(err, PositionError::PositionPastTable { position: 32, max_len: 32, needed: 38 });
+    /// ```
+    pub fn check_window(&self, offset: usize, seq: usize) -> Result<(), PositionError> {
+        let limit = match self {
+            Self::None(_) => return Ok(()),
+            Self::Learned(table) => table.max_len(),
+            Self::Sinusoidal(table) => table.max_len(),
+        };
+        let needed = offset.saturating_add(seq);
+        if seq == 0 || needed <= limit {
+            return Ok(());
+        }
+        let position = i64::try_from(offset.max(limit)).unwrap_or(i64::MAX);
+        Err(match self {
+            Self::Learned(_) => PositionError::PositionPastTable {
+                position,
+                max_len: limit,
+                needed,
+            },
+            _ => PositionError::PositionPastSinusoidLimit {
+                position,
+                max_len: limit,
+                needed,
+            },
+        })
     }
 
     /// Position vectors for `offset..offset + seq`, or `None` for the `None` scheme.

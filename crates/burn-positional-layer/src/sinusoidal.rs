@@ -11,9 +11,9 @@
 //! so they stay accurate far out: at position 100 000 an f32 evaluation of `p * w` would already
 //! be off by about 0.004 radians, this one by less than 1e-7. They live on the device as a
 //! table (the cache) that the fused embedding reads like a learned one; a forward past the
-//! cache grows it once (doubling), on the device, and later calls reuse it.
-
-use std::sync::{Arc, Mutex};
+//! cache grows it once (doubling), on the device, and later calls reuse it, up to
+//! [`SinusoidalConfig::max_len`] rows: past it a position is refused with an error naming the
+//! position, the limit and the fix, before anything is allocated.
 
 use burn::config::Config;
 use burn::module::Module;
@@ -21,6 +21,8 @@ use burn::tensor::module::embedding;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 use crate::PositionError;
+use crate::cache::{DeviceKey, Grown};
+use crate::limits::{GROWN_TABLE_VALUES, table_fits};
 
 /// Configuration of the sinusoidal scheme. Its width comes from the embedding it belongs to.
 #[derive(Config, Debug, PartialEq)]
@@ -38,6 +40,14 @@ pub struct SinusoidalConfig {
     /// context the model serves.
     #[config(default = "4096")]
     pub cache_len: usize,
+    /// The most rows the device table grows to: positions must lie in `0..max_len`, and past
+    /// it a forward is refused with [`PositionError::PositionPastSinusoidLimit`] (naming the
+    /// position, this limit and the fix), before anything is allocated. `None` (the default):
+    /// as many rows as fit in [`GROWN_TABLE_VALUES`](crate::GROWN_TABLE_VALUES) values (256 MiB
+    /// in f32, the largest buffer wgpu guarantees), that is `2^26 / d_position` rows (65 536 at
+    /// width 1024, 1 048 576 at width 64), and at least `cache_len`.
+    #[config(default = "None")]
+    pub max_len: Option<usize>,
 }
 
 /// The sinusoidal table of one width, with a precomputed cache of its first `cache_len` rows.
@@ -50,8 +60,10 @@ pub struct SinusoidalConfig {
 ///
 /// let device = Device::flex();
 /// let table = SinusoidalConfig::new().with_cache_len(64).init(16, &device);
-/// // Rows past the cache grow the device table once: there is no maximum length.
+/// // Rows past the cache grow the device table once, up to max_len (2^26 / 16 rows here).
 /// assert_eq!(table.rows(100_000, 5).dims(), [5, 16]);
+/// assert_eq!(table.max_len(), 1 << 22);
+/// assert!(table.check(1 << 22).is_err()); // past the limit: an error, never an allocation
 /// let positions = Tensor::<2, Int>::from_data([[0, 7], [3, 200_000]], &device);
 /// assert_eq!(table.gather(positions, 200_000).dims(), [2, 2, 16]);
 /// ```
@@ -63,25 +75,12 @@ pub struct SinusoidalPosition {
     pub d_position: usize,
     /// The wavelength base.
     pub base: f64,
+    /// The most rows the table grows to (see [`SinusoidalConfig::max_len`]).
+    max_len: usize,
     /// The table grown past `cache` (or cast to another dtype), shared by clones of the module.
+    /// Not saved: it is recomputed from the formula.
     #[module(skip)]
-    grown: GrownTable,
-}
-
-/// A device table grown on demand, shared across clones (a training step maps the module into
-/// a new value; the growth should survive it). Not saved: it is recomputed from the formula.
-#[derive(Clone, Default)]
-struct GrownTable(Arc<Mutex<Option<Tensor<2>>>>);
-
-impl core::fmt::Debug for GrownTable {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let rows = self
-            .0
-            .lock()
-            .ok()
-            .and_then(|t| t.as_ref().map(|t| t.dims()[0]));
-        write!(f, "GrownTable({rows:?})")
-    }
+    grown: Grown<Tensor<2>>,
 }
 
 impl SinusoidalConfig {
@@ -98,14 +97,46 @@ impl SinusoidalConfig {
                 fix: "use the paper's 10000, or another base above 1".into(),
             });
         }
+        let fix = || "lower it to the longest context the model serves".to_string();
+        table_fits(
+            "SinusoidalConfig::cache_len",
+            self.cache_len,
+            d_position,
+            fix,
+        )?;
+        if let Some(max_len) = self.max_len {
+            table_fits("SinusoidalConfig::max_len", max_len, d_position, fix)?;
+            if max_len < self.cache_len.max(1) {
+                return Err(PositionError::InvalidConfig {
+                    field: "SinusoidalConfig::max_len",
+                    value: format!("Some({max_len})"),
+                    rule: "the table cannot be limited below its precomputed cache_len rows (or \
+                           to zero rows)",
+                    fix: format!(
+                        "set max_len to at least cache_len = {}, or lower cache_len",
+                        self.cache_len
+                    ),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// The most rows a table `d_position` wide grows to (see [`Self::max_len`]), at most
+    /// `i32::MAX` (the kernels' positions are 32-bit).
+    fn limit(&self, d_position: usize) -> usize {
+        let limit = self
+            .max_len
+            .unwrap_or_else(|| (GROWN_TABLE_VALUES / d_position.max(1)).max(self.cache_len));
+        limit.min(i32::MAX as usize)
     }
 
     /// Builds the table and its device cache.
     ///
     /// # Panics
     ///
-    /// If [`validate`](Self::validate) fails: `d_position` is odd, or `base` is not above 1.
+    /// If [`validate`](Self::validate) fails: `d_position` is odd, `base` is not above 1, or a
+    /// size is past its ceiling.
     pub fn init(&self, d_position: usize, device: &Device) -> SinusoidalPosition {
         if let Err(err) = self.validate(d_position) {
             panic!("{err}");
@@ -115,7 +146,8 @@ impl SinusoidalConfig {
             cache: Tensor::from_data(TensorData::new(rows, [self.cache_len, d_position]), device),
             d_position,
             base: self.base,
-            grown: GrownTable::default(),
+            max_len: self.limit(d_position),
+            grown: Grown::default(),
         }
     }
 }
@@ -147,57 +179,92 @@ pub fn sinusoid_rows(positions: impl IntoIterator<Item = u64>, d: usize, base: f
 impl SinusoidalPosition {
     /// The device table with at least `len` rows, in `dtype`: the longest table built so far
     /// (the cache, or a grown or cast copy shared by every later call and clone), grown when
-    /// it is too short. Growth doubles the table, computes only the new rows (in f64, on the
-    /// host) and joins them on the device. No device-to-host read.
+    /// it is too short. Growth doubles the table (up to [`max_len`](Self::max_len) rows),
+    /// computes only the new rows (in f64, on the host) and joins them on the device. No
+    /// device-to-host read.
     ///
     /// # Shapes
     ///
     /// - output: `[at least len, d_position]`
+    ///
+    /// # Panics
+    ///
+    /// If `len` passes [`max_len`](Self::max_len) (call [`check`](Self::check) first).
     pub fn table(&self, len: usize, dtype: DType) -> Tensor<2> {
+        if let Err(err) = self.check(len.saturating_sub(1) as i64) {
+            panic!("{err}");
+        }
         let [cache_len, d_position] = self.cache.dims();
         let device = self.cache.device();
-        let mut grown = self.grown.0.lock().unwrap_or_else(|e| e.into_inner());
-        // The longest table of this dtype on this device: the grown one if any, else the cache.
-        let current = match grown
-            .as_ref()
-            .filter(|t| t.device() == device && t.dtype() == dtype)
-        {
-            Some(table) => table.clone(),
-            None if self.cache.dtype() == dtype => self.cache.clone(),
-            None => {
-                let cast = self.cache.clone().cast(dtype);
-                *grown = Some(cast.clone());
-                cast
+        self.grown.with(&DeviceKey::new(&device, dtype), |grown| {
+            // The longest table of this dtype on this device: the grown one if any, else the
+            // cache (cast once if needed).
+            let current = match grown.as_ref() {
+                Some(table) => table.clone(),
+                None if self.cache.dtype() == dtype => self.cache.clone(),
+                None => {
+                    let cast = self.cache.clone().cast(dtype);
+                    *grown = Some(cast.clone());
+                    cast
+                }
+            };
+            let have = current.dims()[0];
+            if len <= have {
+                return current;
             }
-        };
-        let have = current.dims()[0];
-        if len <= have {
-            return current;
-        }
-        let new_len = len.max(2 * have).max(cache_len);
-        let rows = sinusoid_rows(have as u64..new_len as u64, d_position, self.base);
-        let extra =
-            Tensor::<2>::from_data(TensorData::new(rows, [new_len - have, d_position]), &device)
-                .cast(dtype);
-        let table = Tensor::cat(vec![current, extra], 0);
-        *grown = Some(table.clone());
-        table
+            let new_len = len.max(2 * have).max(cache_len).min(self.max_len);
+            let rows = sinusoid_rows(have as u64..new_len as u64, d_position, self.base);
+            let extra = Tensor::<2>::from_data(
+                TensorData::new(rows, [new_len - have, d_position]),
+                &device,
+            )
+            .cast(dtype);
+            let table = Tensor::cat(vec![current, extra], 0);
+            *grown = Some(table.clone());
+            table
+        })
     }
 
-    /// Rows `offset..offset + seq` of the table. Never panics: any offset works (past the cache,
-    /// the device table grows once; see [`table`](Self::table)).
+    /// The most rows the table grows to: positions must lie in `0..max_len`.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// Refuses a largest position past [`max_len`](Self::max_len), with no allocation.
+    pub fn check(&self, max_position: i64) -> Result<(), PositionError> {
+        if max_position >= self.max_len as i64 {
+            return Err(PositionError::PositionPastSinusoidLimit {
+                position: max_position,
+                max_len: self.max_len,
+                needed: (max_position as usize).saturating_add(1),
+            });
+        }
+        Ok(())
+    }
+
+    /// Rows `offset..offset + seq` of the table (past the cache, the device table grows once;
+    /// see [`table`](Self::table)).
     ///
     /// # Shapes
     ///
     /// - output: `[seq, d_position]`
+    ///
+    /// # Panics
+    ///
+    /// If `offset + seq` passes [`max_len`](Self::max_len) (call [`check`](Self::check) first).
     pub fn rows(&self, offset: usize, seq: usize) -> Tensor<2> {
         let d_position = self.d_position;
-        self.table(offset + seq, self.cache.dtype())
-            .slice([offset..offset + seq, 0..d_position])
+        let end = offset.checked_add(seq).unwrap_or(usize::MAX);
+        self.table(end, self.cache.dtype())
+            .slice([offset..end, 0..d_position])
     }
 
     /// The table at explicit positions, already checked to lie in `0..=max_position`, where
     /// `max_position` is their largest value (the table grows to it once).
+    ///
+    /// # Panics
+    ///
+    /// If `max_position` is at or past [`max_len`](Self::max_len).
     ///
     /// # Shapes
     ///

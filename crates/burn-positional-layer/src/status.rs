@@ -3,9 +3,11 @@
 //!
 //! [`EmbeddingWithPosition::forward`]: crate::EmbeddingWithPosition::forward
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::ThreadId;
 
-use burn::tensor::{Device, Int, Tensor};
+use burn::tensor::{DType, Device, Int, Tensor};
 use burn_positional_kernels::InputStatus;
 
 use crate::PositionError;
@@ -14,15 +16,40 @@ use crate::PositionError;
 /// count on the device.
 pub const KEPT_STATUSES: usize = 64;
 
-/// The pending statuses of one embedding, shared by its clones: a training step maps the model
-/// into a new value, and the statuses of the step before must survive that.
+/// Orders statuses across threads, so that a check reports the oldest bad input first.
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Alive while this thread runs: a log whose thread has ended is anyone's to check.
+    static ALIVE: Arc<()> = Arc::new(());
+}
+
+/// The pending statuses of one embedding, shared by its clones (a training step maps the model
+/// into a new value, and the statuses of the step before must survive that), kept apart per
+/// thread: a check covers the forwards of the thread that runs it, and those of threads that
+/// have ended (burn-train's workers), never another live thread's.
 #[derive(Clone, Default)]
-pub(crate) struct StatusLog(Arc<Mutex<Pending>>);
+pub(crate) struct StatusLog(Arc<Mutex<Vec<ThreadLog>>>);
+
+/// The statuses one thread pushed.
+struct ThreadLog {
+    thread: ThreadId,
+    /// Dead once the thread has ended.
+    alive: Weak<()>,
+    pending: Pending,
+}
+
+impl ThreadLog {
+    /// Whether a check on the current thread covers this log.
+    fn covered(&self, me: ThreadId) -> bool {
+        self.thread == me || self.alive.upgrade().is_none()
+    }
+}
 
 #[derive(Default)]
 struct Pending {
-    /// The last forwards, oldest first, at most `2 * KEPT_STATUSES`.
-    kept: Vec<InputStatus>,
+    /// The last forwards, oldest first, at most `2 * KEPT_STATUSES`, each with its rank.
+    kept: Vec<(u64, InputStatus)>,
     /// Per device: the number of bad tokens in folded (older) forwards, a `[1]` int tensor.
     folded: Vec<(Device, Tensor<1, Int>)>,
     /// How many forwards were folded.
@@ -31,82 +58,160 @@ struct Pending {
 
 impl core::fmt::Debug for StatusLog {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let pending = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let logs = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let kept: usize = logs.iter().map(|log| log.pending.kept.len()).sum();
+        let folded: usize = logs.iter().map(|log| log.pending.folded_forwards).sum();
         write!(
             f,
-            "StatusLog {{ kept: {}, folded: {} }}",
-            pending.kept.len(),
-            pending.folded_forwards
+            "StatusLog {{ threads: {}, kept: {kept}, folded: {folded} }}",
+            logs.len()
         )
     }
 }
 
-impl StatusLog {
-    /// Records the status of one forward. No read: when the log holds `2 * KEPT_STATUSES`
-    /// statuses, the oldest `KEPT_STATUSES` are folded into a per-device count of bad tokens
-    /// with one concatenation and one sum on the device (amortized: two small kernels per
-    /// `KEPT_STATUSES` forwards).
-    pub(crate) fn push(&self, status: InputStatus) {
-        let mut pending = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        pending.kept.push(status);
-        if pending.kept.len() < 2 * KEPT_STATUSES {
+impl Pending {
+    /// Records one status; folds the oldest `KEPT_STATUSES` when `2 * KEPT_STATUSES` are kept.
+    fn push(&mut self, status: InputStatus) {
+        self.kept
+            .push((NEXT.fetch_add(1, Ordering::Relaxed), status));
+        if self.kept.len() < 2 * KEPT_STATUSES {
             return;
         }
-        let old: Vec<InputStatus> = pending.kept.drain(..KEPT_STATUSES).collect();
-        pending.folded_forwards += old.len();
-        let mut devices: Vec<Device> = Vec::new();
+        let old: Vec<InputStatus> = self
+            .kept
+            .drain(..KEPT_STATUSES)
+            .map(|(_, status)| status)
+            .collect();
+        self.folded_forwards += old.len();
+        // One concatenation per device and ids' dtype (i32 and i64 ids may alternate).
+        let mut groups: Vec<(Device, DType)> = Vec::new();
         for status in &old {
-            let device = status.codes().device();
-            if !devices.contains(&device) {
-                devices.push(device);
+            let group = (status.codes().device(), status.codes().dtype());
+            if !groups.contains(&group) {
+                groups.push(group);
             }
         }
-        for device in devices {
+        for (device, dtype) in groups {
             let codes: Vec<Tensor<1, Int>> = old
                 .iter()
-                .filter(|s| s.codes().device() == device)
+                .filter(|s| s.codes().device() == device && s.codes().dtype() == dtype)
                 .map(|s| s.codes().clone().flatten(0, 1))
                 .collect();
             let bad = Tensor::cat(codes, 0).not_equal_elem(0).int().sum();
-            match pending.folded.iter_mut().find(|(d, _)| *d == device) {
+            match self.folded.iter_mut().find(|(d, _)| *d == device) {
                 Some((_, count)) => *count = count.clone() + bad,
-                None => pending.folded.push((device, bad)),
+                None => self.folded.push((device, bad)),
             }
         }
     }
+}
 
-    /// Reads back every pending status (one transfer per device, plus one for the folded
-    /// counts if any) and clears the log. The first error is the oldest bad input.
+impl StatusLog {
+    /// Records the status of one forward, under the calling thread. No read: when the thread's
+    /// log holds `2 * KEPT_STATUSES` statuses, the oldest `KEPT_STATUSES` are folded into a
+    /// per-device count of bad tokens with one concatenation and one sum on the device
+    /// (amortized: two small kernels per `KEPT_STATUSES` forwards).
+    pub(crate) fn push(&self, status: InputStatus) {
+        let me = std::thread::current().id();
+        let mut logs = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let index = match logs.iter().position(|log| log.thread == me) {
+            Some(index) => index,
+            None => {
+                // During the thread's own teardown the marker may be gone: an ended thread.
+                let alive = ALIVE
+                    .try_with(Arc::downgrade)
+                    .unwrap_or_else(|_| Weak::new());
+                logs.push(ThreadLog {
+                    thread: me,
+                    alive,
+                    pending: Pending::default(),
+                });
+                logs.len() - 1
+            }
+        };
+        logs[index].pending.push(status);
+    }
+
+    /// Reads back the pending statuses this thread's check covers (its own forwards, and
+    /// those of threads that have ended: one transfer per device and dtype, plus one for the
+    /// folded counts if any) and clears them. The first error is the oldest bad input. If the
+    /// read itself panics, the statuses are put back: a report is never lost.
     pub(crate) fn check(
         &self,
         name: impl Fn(burn_positional_kernels::FusedEmbeddingError) -> PositionError,
     ) -> Result<(), PositionError> {
-        let Pending {
-            kept,
-            folded,
-            folded_forwards,
-        } = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
-        if let Some((device, _)) = folded.first() {
-            let device = device.clone();
-            let counts: Vec<Tensor<1, Int>> = folded
+        let me = std::thread::current().id();
+        let taken: Vec<ThreadLog> = {
+            let mut logs = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let (taken, others) = std::mem::take(&mut *logs)
                 .into_iter()
-                .map(|(_, count)| count.to_device(&device))
-                .collect();
-            let bad: i64 = Tensor::cat(counts, 0).into_data().iter::<i64>().sum();
-            if bad > 0 {
-                return Err(PositionError::BadInputInOlderForwards {
-                    tokens: bad as usize,
-                    forwards: folded_forwards,
-                    kept: KEPT_STATUSES,
-                });
-            }
-        }
-        InputStatus::check_all(&kept).map_err(name)
+                .partition(|log| log.covered(me));
+            *logs = others;
+            taken
+        };
+        let guard = PutBack {
+            log: self,
+            taken: Some(taken),
+        };
+        let result = check_logs(guard.taken.as_ref().expect("taken above"), name);
+        drop(guard);
+        result
     }
 
-    /// How many forwards are waiting for a check.
+    /// How many forwards a check on this thread would cover.
     pub(crate) fn len(&self) -> usize {
-        let pending = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        pending.kept.len() + pending.folded_forwards
+        let me = std::thread::current().id();
+        let logs = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        logs.iter()
+            .filter(|log| log.covered(me))
+            .map(|log| log.pending.kept.len() + log.pending.folded_forwards)
+            .sum()
     }
+}
+
+/// Puts the taken logs back if the check panics (a device read failing), so that a later
+/// check still reports what they hold.
+struct PutBack<'a> {
+    log: &'a StatusLog,
+    taken: Option<Vec<ThreadLog>>,
+}
+
+impl Drop for PutBack<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(taken) = self.taken.take()
+        {
+            let mut logs = self.log.0.lock().unwrap_or_else(|e| e.into_inner());
+            logs.extend(taken);
+        }
+    }
+}
+
+/// The oldest bad input of the logs: folded counts first (older than anything kept), then
+/// the kept statuses in the order they were pushed.
+fn check_logs(
+    logs: &[ThreadLog],
+    name: impl Fn(burn_positional_kernels::FusedEmbeddingError) -> PositionError,
+) -> Result<(), PositionError> {
+    let folded: Vec<&(Device, Tensor<1, Int>)> =
+        logs.iter().flat_map(|log| &log.pending.folded).collect();
+    if let Some((device, _)) = folded.first() {
+        let counts: Vec<Tensor<1, Int>> = folded
+            .iter()
+            .map(|(_, count)| count.clone().to_device(device))
+            .collect();
+        let bad: i64 = Tensor::cat(counts, 0).into_data().iter::<i64>().sum();
+        if bad > 0 {
+            return Err(PositionError::BadInputInOlderForwards {
+                tokens: bad as usize,
+                forwards: logs.iter().map(|log| log.pending.folded_forwards).sum(),
+                kept: KEPT_STATUSES,
+            });
+        }
+    }
+    let mut kept: Vec<&(u64, InputStatus)> =
+        logs.iter().flat_map(|log| &log.pending.kept).collect();
+    kept.sort_by_key(|(rank, _)| *rank);
+    let kept: Vec<InputStatus> = kept.into_iter().map(|(_, s)| s.clone()).collect();
+    InputStatus::check_all(&kept).map_err(name)
 }
