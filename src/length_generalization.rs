@@ -437,9 +437,11 @@ impl InferenceStep for LanguageModel {
 /// Greedy decoding: `steps` tokens after each prompt, each the argmax of the last logits fed
 /// back as the next input, on the device. With `cached`, each step runs the new token alone
 /// through a [`KvCache`] per block; without, each step runs the whole sequence again (the
-/// reference the cache must equal). The embedding's check runs every 32 forwards and at the
-/// end (one small read each), so a position past a learned table is an error, not an answer
-/// made of NaN.
+/// reference the cache must equal). The positions the decoding will use (`0..prompt + steps -
+/// 1`) are checked against the embedding's table before the first forward, on the host (a
+/// position past a learned table is an error naming the whole window, not an answer made of
+/// NaN); the embedding's check of the ids runs every 32 forwards and at the end (one small
+/// read each).
 ///
 /// # Shapes
 ///
@@ -454,9 +456,12 @@ pub fn greedy(
     steps: usize,
     cached: bool,
 ) -> Result<Tensor<2, Int>, PositionError> {
-    let [batch, _] = prompts.dims();
+    let [batch, prompt] = prompts.dims();
     let device = prompts.device();
     model.body.embed.check_inputs()?; // earlier forwards are not ours to report
+    // The last answer token is predicted, never read: the model reads prompt + steps - 1.
+    let read = prompt + steps.saturating_sub(1);
+    model.body.embed.position.check_window(0, read)?;
     let argmax_last = |logits: Tensor<3>| {
         let [b, s, v] = logits.dims();
         logits

@@ -89,10 +89,15 @@ pub fn decoding_past_a_learned_table_is_refused_with_its_error(device: &Device) 
         let err = greedy(&learned, prompts(device), 5, cached)
             .expect_err("past the table")
             .to_string();
+        // Refused before the first forward, naming the whole window the decoding reads.
         assert!(
-            err.contains("position 8") && err.contains("max_len = 8") && err.contains("Fix"),
+            err.contains("position 8")
+                && err.contains("max_len = 8")
+                && err.contains("at least 9")
+                && err.contains("Fix"),
             "{err}"
         );
+        assert_eq!(learned.body.embed.unchecked_forwards(), 0, "no forward ran");
     }
     let rope = model(Scheme::Rope, device);
     let answers = greedy(&rope, prompts(device), 40, true).expect("RoPE has no length limit");
