@@ -55,8 +55,8 @@ pub fn valid_loader(config: &TrainingConfig) -> Arc<dyn DataLoader<CopyBackBatch
         .build(config.valid_dataset(config.task.seq))
 }
 
-/// The last epoch with a complete checkpoint (model, optimizer and scheduler) in
-/// `<dir>/checkpoint`, as burn-train names them (see [`crate::checkpoint`]).
+/// The last epoch with a complete checkpoint (model, optimizer and scheduler, each on disk and
+/// decoding) in `<dir>/checkpoint`, as burn-train names them (see [`crate::checkpoint`]).
 pub fn last_checkpoint(dir: &Path) -> Option<usize> {
     last_complete_epoch(&dir.join("checkpoint"))
 }
