@@ -7,8 +7,8 @@
 //! To make kills land where a crash does harm, the children run with
 //! `BURN_POSITIONAL_CHECKPOINT_DELAY_MS`, a fault-injection knob: the parts of each checkpoint
 //! (model, optimizer, scheduler) are saved that far apart, and `run.json` pauses inside its
-//! write. burn-train saves the three parts on threads of their own, in any order, so every
-//! child draws one of the six orders (`BURN_POSITIONAL_CHECKPOINT_ORDER`). Each kill is
+//! write. burn-train saves the three parts on threads of their own, in any order, so the
+//! children take the six orders in turn (`BURN_POSITIONAL_CHECKPOINT_ORDER`). Each kill is
 //! classified by what it left on disk (for a kill between parts: which parts of the newest
 //! epoch were on disk), and the tally is printed.
 
@@ -177,7 +177,7 @@ fn kills_during_training_never_lose_the_run() {
     let mut rng = 0x5EED_C0DE_u64;
     let mut hits: BTreeMap<String, usize> = BTreeMap::new();
     let mut orders: BTreeMap<&str, usize> = BTreeMap::new();
-    let (mut kills, mut campaigns) = (0, 0);
+    let (mut kills, mut campaigns, mut launches) = (0, 0, 0);
     let began = Instant::now();
     let half = (duration.as_millis() / 2).max(1) as u64;
     while kills < MIN_KILLS && began.elapsed() < BUDGET {
@@ -185,7 +185,8 @@ fn kills_during_training_never_lose_the_run() {
         let dir = root.path().join(format!("killed-{campaigns}"));
         let mut kills_here = 0;
         loop {
-            let order = ORDERS[(splitmix(&mut rng) % ORDERS.len() as u64) as usize];
+            let order = ORDERS[launches % ORDERS.len()];
+            launches += 1;
             let mut process = child(&dir, delay_ms, order);
             // Anywhere in the first half of a whole run's time: each restart resumes further
             // on, so the kills walk through the run's epochs until a restart gets to the end.
@@ -230,6 +231,11 @@ fn kills_during_training_never_lose_the_run() {
     assert!(
         kills >= MIN_KILLS,
         "only {kills} kills in the time budget: {hits:?}"
+    );
+    assert_eq!(
+        orders.len(),
+        ORDERS.len(),
+        "some save order was never killed: {orders:?}"
     );
     // burn-train's own order is any order: a kill must have found the model part missing with
     // another part saved, which the model-first order never leaves.
