@@ -27,7 +27,10 @@ use burn::train::renderer::{
 };
 use burn::train::{ExecutionStrategy, Learner, MultiDeviceOptim, SupervisedTraining};
 
-use crate::checkpoint::{PARTS, PartCheckpointer, RunRecord, last_complete_epoch};
+use crate::checkpoint::{
+    PARTS, PartCheckpointer, ResumePoint, RunLock, RunRecord, discard_after, last_complete_epoch,
+    resume_point,
+};
 use crate::copy_back::{CopyBackBatch, CopyBackBatcher, CopyBackDataset};
 use crate::tagger::TokenTagger;
 use crate::training::{Metrics, TrainingConfig, TrainingError};
@@ -52,14 +55,15 @@ pub fn valid_loader(config: &TrainingConfig) -> Arc<dyn DataLoader<CopyBackBatch
         .build(config.valid_dataset(config.task.seq))
 }
 
-/// The last epoch with a complete checkpoint (model, optimizer and scheduler) in
-/// `<dir>/checkpoint`, as burn-train names them (see [`crate::checkpoint`]).
+/// The last epoch with a complete checkpoint (model, optimizer and scheduler, each on disk and
+/// decoding) in `<dir>/checkpoint`, as burn-train names them (see [`crate::checkpoint`]).
 pub fn last_checkpoint(dir: &Path) -> Option<usize> {
     last_complete_epoch(&dir.join("checkpoint"))
 }
 
 /// Creates `<dir>/checkpoint` and removes the leftovers of writes a crash interrupted (scratch
-/// files never renamed into place, never read); returns the folder.
+/// files never renamed into place, never read: the parts' in `<dir>/checkpoint`, `run.json`'s
+/// in `<dir>`); returns the folder. Only for the folder's one run: [`fit`] holds its lock.
 ///
 /// # Errors
 ///
@@ -70,14 +74,21 @@ pub fn prepare_checkpoint_dir(dir: &Path) -> Result<std::path::PathBuf, Training
         path: checkpoint_dir.clone(),
         error: error.to_string(),
     })?;
-    if let Ok(entries) = std::fs::read_dir(&checkpoint_dir) {
+    remove_scratch(&checkpoint_dir, "");
+    remove_scratch(dir, "run.json.");
+    Ok(checkpoint_dir)
+}
+
+/// Removes the files of `dir` named `<prefix>...tmp`.
+fn remove_scratch(dir: &Path, prefix: &str) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().ends_with(".tmp") {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(prefix) && name.ends_with(".tmp") {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
     }
-    Ok(checkpoint_dir)
 }
 
 /// How `fit` spreads the training over devices: burn-train's execution strategies.
@@ -253,10 +264,13 @@ pub enum Event {
 /// complete one. Returns the trained model, without autodiff.
 ///
 /// Crash-safe: every checkpoint part is written whole or not at all (burn-pack's scratch file
-/// and rename; [`PartCheckpointer`]),
-/// an epoch is resumed only when all its parts exist, and `<dir>/run.json` records the
-/// settings the checkpoints were made with: a resume with other settings (other than a larger
-/// step budget) is refused with the differences named.
+/// and rename; [`PartCheckpointer`]), an epoch is resumed only when all its parts exist and
+/// load (one that does not is passed over for the epoch before, with a notice on stderr; the
+/// epochs after the one resumed are removed, so no epoch mixes two attempts' parts), and
+/// `<dir>/run.json` records the settings the checkpoints were made with, the device's float
+/// dtype included: a resume with other settings (other than a larger step budget) is refused
+/// with the differences named. The run holds `<dir>` ([`RunLock`]) until it returns: a second
+/// run on the folder is refused, naming the first's pid.
 ///
 /// Every parameter is drawn in `init` from the config's seed (see
 /// [`burn_positional::materialize`]), and the loaders do not shuffle, so a run is reproducible
@@ -266,7 +280,8 @@ pub enum Event {
 ///
 /// [`TrainingError::Position`] for an invalid config ([`TrainingConfig::validate`]),
 /// [`TrainingError::Unsupported`] for a strategy that cannot run on `device` or a resume with
-/// other settings, [`TrainingError::Io`] when the folder cannot be written.
+/// other settings, [`TrainingError::InUse`] when another run holds the folder,
+/// [`TrainingError::Io`] when the folder cannot be written.
 pub fn fit(
     config: &TrainingConfig,
     device: &Device,
@@ -305,8 +320,9 @@ pub fn fit_from(
     launch(config, |_| model, device, strategy, dir, listener)
 }
 
-/// What [`fit`] and [`fit_from`] share: every check (config, strategy, resume) before the model
-/// is built by `model` on the autodiff device, then burn-train.
+/// What [`fit`] and [`fit_from`] share: every check (config, strategy, the folder's lock,
+/// resume settings) before the model is built by `model` on the autodiff device, then the
+/// epoch to resume (its model part must load into that model), then burn-train.
 fn launch(
     config: &TrainingConfig,
     model: impl FnOnce(&Device) -> TokenTagger,
@@ -331,35 +347,25 @@ fn launch(
             fix: "use fewer workers, or the default valid_every and batch_size".into(),
         });
     }
+    let dtype = device.settings().float_dtype;
     let device = device.clone().autodiff();
     let execution = strategy.execution(device.clone())?;
+    let _lock = RunLock::acquire(dir)?;
     let checkpoint_dir = dir.join("checkpoint");
     let run = RunRecord {
         config: config.clone(),
         workers,
+        dtype,
     };
-    let resume = last_checkpoint(dir);
-    let run_path = dir.join("run.json");
-    match (resume, run_path.exists()) {
-        (Some(epoch), true) => run.check_resume(
-            &RunRecord::load(&run_path)?,
-            epoch * config.valid_every,
-            dir,
-        )?,
-        (Some(_), false) => {
-            return Err(TrainingError::Unsupported {
-                what: format!(
-                    "{} holds checkpoints but no run.json saying what they were made with",
-                    checkpoint_dir.display()
-                ),
-                fix: "start fresh (--fresh, or delete the folder)".into(),
-            });
-        }
-        (None, _) => {}
-    }
-    prepare_checkpoint_dir(dir)?;
-    run.save(&run_path)?;
+    check_settings(&run, dir)?;
     let model = model(&device);
+    let resume = choose_resume(&checkpoint_dir, &model);
+    prepare_checkpoint_dir(dir)?;
+    discard_after(&checkpoint_dir, resume).map_err(|error| TrainingError::Io {
+        path: checkpoint_dir.clone(),
+        error: error.to_string(),
+    })?;
+    run.save(&dir.join("run.json"))?;
     let epochs = config.steps.div_ceil(config.valid_every);
     let learner = Learner::new(
         model,
@@ -392,6 +398,47 @@ fn launch(
         training = training.checkpoint(epoch);
     }
     Ok(training.launch(learner).model)
+}
+
+/// Whether `run` may resume the checkpoints in `<dir>/checkpoint`, if any: `<dir>/run.json`
+/// must exist and agree ([`RunRecord::check_resume`]).
+fn check_settings(run: &RunRecord, dir: &Path) -> Result<(), TrainingError> {
+    let checkpoint_dir = dir.join("checkpoint");
+    let run_path = dir.join("run.json");
+    match (last_complete_epoch(&checkpoint_dir), run_path.exists()) {
+        (Some(epoch), true) => run.check_resume(
+            &RunRecord::load(&run_path)?,
+            epoch * run.config.valid_every,
+            dir,
+        ),
+        (Some(_), false) => Err(TrainingError::Unsupported {
+            what: format!(
+                "{} holds checkpoints but no run.json saying what they were made with",
+                checkpoint_dir.display()
+            ),
+            fix: "start fresh (--fresh, or delete the folder)".into(),
+        }),
+        (None, _) => Ok(()),
+    }
+}
+
+/// The epoch to resume after ([`resume_point`], the model part loaded into a copy of `model`),
+/// with a notice on stderr for every newer epoch passed over because a part does not load.
+fn choose_resume(checkpoint_dir: &Path, model: &TokenTagger) -> Option<usize> {
+    let ResumePoint { epoch, passed_over } = resume_point(checkpoint_dir, |record| {
+        model
+            .clone()
+            .try_load_record(record)
+            .map(drop)
+            .map_err(|error| error.to_string())
+    });
+    for fault in &passed_over {
+        let instead = epoch.map_or("starting from the beginning".to_string(), |epoch| {
+            format!("resuming after epoch {epoch}")
+        });
+        eprintln!("notice: passed over checkpoint {fault}; {instead}");
+    }
+    epoch
 }
 
 /// burn-train's renderer interface turned into [`Event`]s: burn-train reports every metric of

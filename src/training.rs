@@ -67,6 +67,19 @@ pub enum TrainingError {
         /// How to run it.
         fix: String,
     },
+    /// Another run holds the run's folder ([`crate::checkpoint::RunLock`]).
+    #[error(
+        "{} is in use by another run ({}): two runs on one folder overwrite each other's \
+         checkpoints. Fix: wait for that run to end or stop it, or give this run another folder",
+        .dir.display(),
+        .pid.map_or("its pid unknown".to_string(), |pid| format!("pid {pid}"))
+    )]
+    InUse {
+        /// The run's folder.
+        dir: PathBuf,
+        /// The holder's process id, as its lock file names it.
+        pid: Option<u32>,
+    },
     /// A file could not be written or read.
     #[error("{path}: {error}")]
     Io {

@@ -7,7 +7,10 @@
 //! To make kills land where a crash does harm, the children run with
 //! `BURN_POSITIONAL_CHECKPOINT_DELAY_MS`, a fault-injection knob: the parts of each checkpoint
 //! (model, optimizer, scheduler) are saved that far apart, and `run.json` pauses inside its
-//! write. Each kill is classified by what it left on disk.
+//! write. burn-train saves the three parts on threads of their own, in any order, so the
+//! children take the six orders in turn (`BURN_POSITIONAL_CHECKPOINT_ORDER`). Each kill is
+//! classified by what it left on disk (for a kill between parts: which parts of the newest
+//! epoch were on disk), and the tally is printed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -22,6 +25,16 @@ use burn_positional_examples::training::TrainingConfig;
 
 const CHILD_DIR: &str = "BURN_POSITIONAL_CRASH_CHILD_DIR";
 const DELAY: &str = "BURN_POSITIONAL_CHECKPOINT_DELAY_MS";
+const ORDER: &str = "BURN_POSITIONAL_CHECKPOINT_ORDER";
+/// Every order of the three parts.
+const ORDERS: [&str; 6] = [
+    "model,optim,scheduler",
+    "model,scheduler,optim",
+    "optim,model,scheduler",
+    "optim,scheduler,model",
+    "scheduler,model,optim",
+    "scheduler,optim,model",
+];
 /// Kills to land in all, and at most this many in one run; bounded in time too, for CI.
 const MIN_KILLS: usize = 30;
 const MAX_KILLS_PER_RUN: usize = 40;
@@ -70,19 +83,22 @@ fn crash_child() {
     write_atomic(&dir.join("final.bin"), &bytes).unwrap();
 }
 
-fn child(dir: &Path, delay_ms: u64) -> std::process::Child {
+/// A child training in `dir`, saving the parts of each checkpoint `delay_ms` apart in `order`.
+fn child(dir: &Path, delay_ms: u64, order: &str) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
         .args(["crash_child", "--exact", "--ignored", "--test-threads=1"])
         .env(CHILD_DIR, dir)
         .env(DELAY, delay_ms.to_string())
+        .env(ORDER, order)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
 }
 
-/// What a kill left on disk.
-fn classify(dir: &Path) -> &'static str {
+/// What a kill left on disk; for a kill between the parts of a checkpoint, which parts of the
+/// newest epoch were on disk.
+fn classify(dir: &Path) -> String {
     let list = |dir: &Path| -> Vec<String> {
         std::fs::read_dir(dir)
             .map(|entries| {
@@ -94,28 +110,32 @@ fn classify(dir: &Path) -> &'static str {
             .unwrap_or_default()
     };
     if list(dir).iter().any(|n| n.ends_with(".tmp")) {
-        return "inside the write of run.json (run.json.tmp left behind)";
+        return "inside the write of run.json (its scratch file left behind)".into();
     }
     let names = list(&dir.join("checkpoint"));
     if names.iter().any(|n| n.ends_with(".tmp")) {
-        return "inside the write of a part (a scratch file left behind)";
+        return "inside the write of a part (a scratch file left behind)".into();
     }
     let epochs: Vec<usize> = names
         .iter()
         .filter_map(|n| n.split_once('-')?.1.strip_suffix(".bpk")?.parse().ok())
         .collect();
     let Some(&last) = epochs.iter().max() else {
-        return "before the first checkpoint";
+        return "before the first checkpoint".into();
     };
-    let complete = PARTS
+    let saved: Vec<&str> = PARTS
         .iter()
-        .all(|part| names.contains(&format!("{part}-{last}.bpk")));
-    if complete {
-        "between checkpoints"
+        .copied()
+        .filter(|part| names.contains(&format!("{part}-{last}.bpk")))
+        .collect();
+    if saved.len() == PARTS.len() {
+        "between checkpoints".into()
     } else {
-        "between the parts of one checkpoint"
+        format!("{BETWEEN_PARTS} ({} on disk)", saved.join(" and "))
     }
 }
+
+const BETWEEN_PARTS: &str = "between the parts of one checkpoint";
 
 fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -133,7 +153,9 @@ fn kills_during_training_never_lose_the_run() {
     // The uninterrupted run, in a child too (same code path), timed to spread the kills.
     let straight = root.path().join("straight");
     let start = Instant::now();
-    let output = child(&straight, delay_ms).wait_with_output().unwrap();
+    let output = child(&straight, delay_ms, ORDERS[0])
+        .wait_with_output()
+        .unwrap();
     let duration = start.elapsed();
     assert!(
         output.status.success(),
@@ -153,8 +175,9 @@ fn kills_during_training_never_lose_the_run() {
     // Campaigns: a fresh folder, killed until a restart gets to the end, then compared with
     // the uninterrupted run; until enough kills have landed (or the time budget is spent).
     let mut rng = 0x5EED_C0DE_u64;
-    let mut hits: BTreeMap<&str, usize> = BTreeMap::new();
-    let (mut kills, mut campaigns) = (0, 0);
+    let mut hits: BTreeMap<String, usize> = BTreeMap::new();
+    let mut orders: BTreeMap<&str, usize> = BTreeMap::new();
+    let (mut kills, mut campaigns, mut launches) = (0, 0, 0);
     let began = Instant::now();
     let half = (duration.as_millis() / 2).max(1) as u64;
     while kills < MIN_KILLS && began.elapsed() < BUDGET {
@@ -162,7 +185,9 @@ fn kills_during_training_never_lose_the_run() {
         let dir = root.path().join(format!("killed-{campaigns}"));
         let mut kills_here = 0;
         loop {
-            let mut process = child(&dir, delay_ms);
+            let order = ORDERS[launches % ORDERS.len()];
+            launches += 1;
+            let mut process = child(&dir, delay_ms, order);
             // Anywhere in the first half of a whole run's time: each restart resumes further
             // on, so the kills walk through the run's epochs until a restart gets to the end.
             std::thread::sleep(Duration::from_millis(splitmix(&mut rng) % half));
@@ -179,6 +204,7 @@ fn kills_during_training_never_lose_the_run() {
             process.wait().unwrap();
             kills_here += 1;
             *hits.entry(classify(&dir)).or_default() += 1;
+            *orders.entry(order).or_default() += 1;
         }
         kills += kills_here;
         let resumed = floats(&std::fs::read(dir.join("final.bin")).unwrap());
@@ -196,15 +222,26 @@ fn kills_during_training_never_lose_the_run() {
     }
     println!(
         "{kills} kills in {campaigns} runs, {:.0} s, every run ended equal to the uninterrupted \
-         one: {hits:?}",
+         one. Kills by save order: {orders:?}. What they hit:",
         began.elapsed().as_secs_f64()
     );
+    for (hit, count) in &hits {
+        println!("  {count:>3}  {hit}");
+    }
     assert!(
         kills >= MIN_KILLS,
         "only {kills} kills in the time budget: {hits:?}"
     );
+    assert_eq!(
+        orders.len(),
+        ORDERS.len(),
+        "some save order was never killed: {orders:?}"
+    );
+    // burn-train's own order is any order: a kill must have found the model part missing with
+    // another part saved, which the model-first order never leaves.
     assert!(
-        hits.contains_key("between the parts of one checkpoint"),
-        "no kill landed between the parts of a checkpoint: {hits:?}"
+        hits.keys()
+            .any(|hit| hit.starts_with(BETWEEN_PARTS) && !hit.contains("model")),
+        "no kill landed between the parts of a checkpoint saved before its model: {hits:?}"
     );
 }

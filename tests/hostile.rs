@@ -233,6 +233,7 @@ fn mutated_configs_load_or_fail_cleanly() {
         serde_json::to_vec_pretty(&RunRecord {
             config: training.clone(),
             workers: 2,
+            dtype: FloatDType::F32,
         })
         .unwrap(),
     ];
