@@ -119,6 +119,9 @@ fn train_one(
     let config = config_for(scheme, options);
     let dir = out.join(scheme.to_string());
     if options.fresh {
+        // Held while deleting: a run that owns the folder is refused, naming its pid, before
+        // its checkpoints are touched.
+        let _lock = burn_positional_examples::checkpoint::RunLock::acquire(&dir)?;
         let _ = std::fs::remove_dir_all(dir.join("checkpoint"));
     }
     let steps_done = learner::last_checkpoint(&dir).map_or(0, |epoch| epoch * config.valid_every);
