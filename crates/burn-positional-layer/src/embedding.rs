@@ -154,12 +154,19 @@ impl EmbeddingWithPositionConfig {
             d_position,
         } = self.combine
         {
-            let sum = d_token.checked_add(d_position);
-            if sum != Some(self.d_model) {
+            let Some(sum) = d_token.checked_add(d_position) else {
+                return Err(invalid(
+                    "combine",
+                    format!("Concat {{ d_token: {d_token}, d_position: {d_position} }}"),
+                    "d_token + d_position overflows a usize: these widths cannot exist",
+                    &format!("choose d_token + d_position = d_model = {}", self.d_model),
+                ));
+            };
+            if sum != self.d_model {
                 return Err(PositionError::ConcatSizeMismatch {
                     d_token,
                     d_position,
-                    sum: sum.unwrap_or(usize::MAX),
+                    sum,
                     d_model: self.d_model,
                     suggest_token: self.d_model.saturating_sub(d_position),
                 });

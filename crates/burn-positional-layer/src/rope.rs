@@ -438,6 +438,28 @@ impl Rope {
 
 #[cfg(test)]
 mod tests {
+
+    /// Positions at the end of `usize` are a panic naming the positions and the fix, not an
+    /// arithmetic overflow inside the angle lookup (issue 24).
+    #[test]
+    fn positions_past_usize_max_name_the_fix() {
+        let device = Device::flex();
+        let rope = RopeConfig::new(4).with_cache_len(8).init(&device);
+        let q = Tensor::<4>::ones([1, 1, 4, 4], &device);
+        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rope.apply(q, usize::MAX - 1)
+        }))
+        .expect_err("past usize::MAX");
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            message.contains("usize::MAX") && message.contains("Fix"),
+            "{message}"
+        );
+    }
+
     use super::*;
 
     /// `(cos, sin)` of the angle of pair `j` at position `p`, straight from the papers' formulas
