@@ -32,6 +32,31 @@ use burn_positional::*;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The guide's Rust blocks (`docs/*.md`), compiled and run as doc-tests, one page each.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../docs/dog-bites-man.md")]
+    pub struct DogBitesMan;
+    #[doc = include_str!("../docs/schemes.md")]
+    pub struct Schemes;
+    #[doc = include_str!("../docs/attention.md")]
+    pub struct Attention;
+    #[doc = include_str!("../docs/bad-input.md")]
+    pub struct BadInput;
+    #[doc = include_str!("../docs/reliability.md")]
+    pub struct Reliability;
+    #[doc = include_str!("../docs/performance.md")]
+    pub struct Performance;
+    #[doc = include_str!("../docs/training.md")]
+    pub struct Training;
+    #[doc = include_str!("../docs/measurements.md")]
+    pub struct Measurements;
+    #[doc = include_str!("../docs/length-generalization.md")]
+    pub struct LengthGeneralization;
+    #[doc = include_str!("../docs/layout.md")]
+    pub struct Layout;
+}
+
 /// Compile-time: the example models can be shared by threads and cloned into burn-train's
 /// workers.
 const _: () = {
