@@ -26,7 +26,7 @@ use burn::backend::{
 use burn::tensor::{FloatDType, Shape};
 
 use crate::PositionalKernels;
-use crate::options::{FusedCombine, FusedEmbeddingOptions, KernelArgs};
+use crate::options::{Combine, FusedEmbeddingOptions, KernelArgs};
 use crate::reference::{bool_dtype, id_ok, position_ok, positions_of, token_keep};
 
 /// Gradient of the token table `[vocab, d_token]` from the output gradient `[batch, seq, d_out]`.
@@ -39,8 +39,8 @@ fn token_table_grad<B: Backend>(
     let [vocab, d_token] = tokens.shape().dims();
     let [batch, seq, _] = grad.shape().dims();
     let grad = match options.combine {
-        FusedCombine::Add => grad,
-        FusedCombine::Concat => B::float_slice(
+        Combine::Add => grad,
+        Combine::Concat { .. } => B::float_slice(
             grad,
             &[Slice::from(..), Slice::from(..), Slice::from(0..d_token)],
         ),
@@ -66,8 +66,8 @@ fn learned_table_grad<B: Backend>(
     let [max_len, d_position] = table.shape().dims();
     let [_, seq, d_out] = grad.shape().dims();
     let grad = match options.combine {
-        FusedCombine::Add => grad,
-        FusedCombine::Concat => B::float_slice(
+        Combine::Add => grad,
+        Combine::Concat { .. } => B::float_slice(
             grad,
             &[
                 Slice::from(..),

@@ -24,7 +24,7 @@ use burn_cubecl::{
 use cubecl::{calculate_cube_count_elemwise, prelude::*};
 
 use crate::PositionalKernels;
-use crate::options::{FusedCombine, KernelArgs, check_tensors};
+use crate::options::{Combine, KernelArgs, check_tensors};
 
 /// One unit per output vector of `N` consecutive columns of one row (`row = b * seq + s`).
 ///
@@ -240,7 +240,7 @@ fn launch(
                 .map_or(-1, |p| i32::try_from(p).unwrap_or(-1)),
             args.options.scale,
             f32::NAN,
-            args.options.combine == FusedCombine::Concat,
+            matches!(args.options.combine, Combine::Concat { .. }),
             args.sequential(),
             [
                 dtype_to_storage_type(float_dtype),

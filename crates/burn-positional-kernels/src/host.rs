@@ -21,7 +21,7 @@ use rayon::prelude::*;
 
 use crate::PositionalKernels;
 use crate::options::{
-    Dims, FusedCombine, KernelArgs, STATUS_BAD_ID, STATUS_BAD_POSITION, check_tensors,
+    Combine, Dims, KernelArgs, STATUS_BAD_ID, STATUS_BAD_POSITION, check_tensors,
 };
 
 /// Outputs with fewer elements than this are written on the calling thread.
@@ -118,8 +118,8 @@ fn fused_embedding_host(
     assert_eq!(
         d_out,
         match options.combine {
-            FusedCombine::Add => d_token,
-            FusedCombine::Concat => d_token + d_position,
+            Combine::Add => d_token,
+            Combine::Concat { .. } => d_token + d_position,
         }
     );
     let output_len = batch * seq * d_out;
@@ -131,8 +131,8 @@ fn fused_embedding_host(
     let offset = args.offset();
     let sequential = args.sequential();
     let pos_offset = match options.combine {
-        FusedCombine::Add => 0,
-        FusedCombine::Concat => d_token,
+        Combine::Add => 0,
+        Combine::Concat { .. } => d_token,
     };
 
     let write_row = |row: usize, (out, flag): (&mut [MaybeUninit<f32>], &mut i32)| {
@@ -153,7 +153,7 @@ fn fused_embedding_host(
         let token_row = || &tokens[id as usize * d_token..(id as usize + 1) * d_token];
         let position_row = || &table[p as usize * d_position..(p as usize + 1) * d_position];
         // The common case in one pass: a table row added to a token row.
-        if let (FusedCombine::Add, true, true) = (options.combine, has_token, pos_ok) {
+        if let (Combine::Add, true, true) = (options.combine, has_token, pos_ok) {
             scaled_sum(out, token_row(), options.scale, position_row());
             return;
         }

@@ -50,4 +50,4 @@ pub use api::{
     reference_embedding, try_fused_embedding,
 };
 pub(crate) use extension::PositionalKernels;
-pub use options::{FusedCombine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};
+pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};

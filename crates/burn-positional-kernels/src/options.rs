@@ -4,6 +4,7 @@
 use burn::backend::TensorMetadata;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::backend::fusion::custom::TensorSpec;
+use burn::config::Config;
 use burn::tensor::{DType, Shape};
 
 /// Status bit: the token id lies outside `0..vocab_size`. Its token part is NaN.
@@ -12,13 +13,21 @@ pub const STATUS_BAD_ID: i64 = 1;
 /// position part is NaN.
 pub const STATUS_BAD_POSITION: i64 = 2;
 
-/// How token vectors and position vectors are combined.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FusedCombine {
-    /// `token + position`: `d_position == d_token == d_out`.
+/// How token vectors and position vectors are combined (the add-or-concatenate question):
+/// one type for the layer's config and the kernels.
+#[derive(Config, Debug, PartialEq, Eq, Copy)]
+pub enum Combine {
+    /// `token + position`, both `d_model` wide (Vaswani et al. 2017). Leaves the split of the
+    /// `d_model` dimensions between meaning and position to training.
     Add,
-    /// `[token ‖ position]`: `d_out = d_token + d_position`.
-    Concat,
+    /// `[token ‖ position]`: a `d_token`-wide token vector followed by a `d_position`-wide
+    /// position vector, with `d_token + d_position = d_model`. Fixes the split in advance.
+    Concat {
+        /// Width of the token part.
+        d_token: usize,
+        /// Width of the position part.
+        d_position: usize,
+    },
 }
 
 /// What the op does to each token, besides looking it up.
@@ -30,7 +39,7 @@ pub struct FusedEmbeddingOptions {
     /// combined.
     pub padding_idx: Option<usize>,
     /// Add or concatenate.
-    pub combine: FusedCombine,
+    pub combine: Combine,
 }
 
 impl Default for FusedEmbeddingOptions {
@@ -38,7 +47,7 @@ impl Default for FusedEmbeddingOptions {
         Self {
             scale: 1.0,
             padding_idx: None,
-            combine: FusedCombine::Add,
+            combine: Combine::Add,
         }
     }
 }
@@ -172,14 +181,24 @@ pub(crate) fn check(inputs: Inputs<'_>, args: &KernelArgs) -> Dims {
         positions[0]
     };
     let d_out = match args.options.combine {
-        FusedCombine::Add => {
+        Combine::Add => {
             assert_eq!(
                 d_position, d_token,
                 "fused_embedding: Add needs d_position == d_token, got {d_position} and {d_token}"
             );
             d_token
         }
-        FusedCombine::Concat => d_token + d_position,
+        Combine::Concat {
+            d_token: token_width,
+            d_position: position_width,
+        } => {
+            assert!(
+                (token_width, position_width) == (d_token, d_position),
+                "fused_embedding: Concat {{ d_token: {token_width}, d_position: {position_width} }} \
+                 but the tables are {d_token} and {d_position} wide"
+            );
+            d_token + d_position
+        }
     };
     Dims {
         vocab,

@@ -11,7 +11,7 @@ use burn::backend::{
 };
 use burn::tensor::{BoolDType, DType, FloatDType, IntDType, Shape};
 
-use crate::options::{FusedCombine, FusedEmbeddingOptions, KernelArgs, check_tensors};
+use crate::options::{Combine, FusedEmbeddingOptions, KernelArgs, check_tensors};
 
 /// `0 <= ids < vocab`, as a bool `[batch, seq]`, compared in the ids' own dtype.
 pub(crate) fn id_ok<B: Backend>(
@@ -151,8 +151,8 @@ pub(crate) fn fused_embedding<B: Backend>(
     let position_part = B::float_expand(position_part, Shape::new([batch, seq, d_position]));
 
     let output = match options.combine {
-        FusedCombine::Add => B::float_add(token_part, position_part),
-        FusedCombine::Concat => B::float_cat(vec![token_part, position_part], 2),
+        Combine::Add => B::float_add(token_part, position_part),
+        Combine::Concat { .. } => B::float_cat(vec![token_part, position_part], 2),
     };
 
     // Status: 1 for a bad id, 2 for a bad position, 3 for both.

@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use burn::tensor::{DType, Device, DeviceKind, Distribution, Int, Tensor, TensorData, Tolerance};
 use burn_positional_kernels::{
-    FusedCombine, FusedEmbeddingError, FusedEmbeddingOptions, InputStatus, Positions, fused_calls,
+    Combine, FusedEmbeddingError, FusedEmbeddingOptions, InputStatus, Positions, fused_calls,
     fused_embedding, reference_embedding, try_fused_embedding,
 };
 
@@ -40,19 +40,27 @@ fn explicit_positions(device: &Device) -> Tensor<2, Int> {
     Tensor::from_data([[0, 1, 2, 3, 7], [0, 0, 1, 2, 3]], device)
 }
 
+/// Concatenation of a `D_TOKEN`-wide token part and a `d_position`-wide position part.
+fn concat(d_position: usize) -> Combine {
+    Combine::Concat {
+        d_token: D_TOKEN,
+        d_position,
+    }
+}
+
 /// (d_position, combine, offset (None = explicit)).
-fn cases() -> Vec<(usize, FusedCombine, Option<usize>)> {
+fn cases() -> Vec<(usize, Combine, Option<usize>)> {
     vec![
-        (D_TOKEN, FusedCombine::Add, Some(0)),
-        (D_TOKEN, FusedCombine::Add, Some(2)),
-        (D_TOKEN, FusedCombine::Add, Some(3)),
-        (D_TOKEN, FusedCombine::Add, None),
-        (4, FusedCombine::Concat, None),
+        (D_TOKEN, Combine::Add, Some(0)),
+        (D_TOKEN, Combine::Add, Some(2)),
+        (D_TOKEN, Combine::Add, Some(3)),
+        (D_TOKEN, Combine::Add, None),
+        (4, concat(4), None),
         // Widths that set the GPU kernel's vector size: 4 above, 2 here (8 + 6), 1 for an
         // odd width (8 + 3).
-        (6, FusedCombine::Concat, Some(2)),
-        (3, FusedCombine::Concat, Some(1)),
-        (3, FusedCombine::Concat, None),
+        (6, concat(6), Some(2)),
+        (3, concat(3), Some(1)),
+        (3, concat(3), None),
     ]
 }
 
@@ -65,10 +73,7 @@ struct Case {
     options: FusedEmbeddingOptions,
 }
 
-fn build(
-    device: &Device,
-    (d_position, combine, offset): (usize, FusedCombine, Option<usize>),
-) -> Case {
+fn build(device: &Device, (d_position, combine, offset): (usize, Combine, Option<usize>)) -> Case {
     Case {
         tokens: tokens(device),
         ids: ids(device),
@@ -163,7 +168,7 @@ fn token_rows_alone() {
     for device in devices() {
         let case = Case {
             table: None,
-            ..build(&device, (D_TOKEN, FusedCombine::Add, Some(0)))
+            ..build(&device, (D_TOKEN, Combine::Add, Some(0)))
         };
         let (out, status) = fused(&case);
         let codes: Vec<i64> = status.codes().clone().into_data().iter::<i64>().collect();
@@ -176,7 +181,7 @@ fn token_rows_alone() {
 #[test]
 fn status_codes_nan_rows_and_error() {
     for device in devices() {
-        let case = build(&device, (D_TOKEN, FusedCombine::Add, Some(3)));
+        let case = build(&device, (D_TOKEN, Combine::Add, Some(3)));
         let (out, status) = fused(&case);
         // ids [[3, 0, 10, 11, 4], [-1, 5, 5, 2, 0]]; positions 3..8 against a 7-row table.
         let want = [0i64, 0, 0, 1, 2, 1, 0, 0, 0, 2];
@@ -299,7 +304,7 @@ fn dtypes() {
                 assert_unsupported(&device, dtype);
                 continue;
             }
-            let case = build(&device, (D_TOKEN, FusedCombine::Add, None));
+            let case = build(&device, (D_TOKEN, Combine::Add, None));
             let cast = Case {
                 tokens: case.tokens.clone().cast(dtype),
                 table: case.table.clone().map(|t| t.cast(dtype)),
@@ -330,7 +335,7 @@ fn dtypes() {
                 assert_unsupported(&device, int);
                 continue;
             }
-            let case = build(&device, (D_TOKEN, FusedCombine::Add, None));
+            let case = build(&device, (D_TOKEN, Combine::Add, None));
             let cast = Case {
                 ids: case.ids.clone().cast(int),
                 positions: match &case.positions {
@@ -348,7 +353,7 @@ fn dtypes() {
             );
         }
         // Refusals.
-        let case = build(&device, (D_TOKEN, FusedCombine::Add, Some(0)));
+        let case = build(&device, (D_TOKEN, Combine::Add, Some(0)));
         let other = if device.supports_dtype(DType::F16) {
             DType::F16
         } else {
@@ -381,7 +386,7 @@ fn dtypes() {
 #[test]
 fn offset_past_i32() {
     let device = Device::flex();
-    let case = build(&device, (D_TOKEN, FusedCombine::Add, Some(0)));
+    let case = build(&device, (D_TOKEN, Combine::Add, Some(0)));
     let limit = i32::MAX as usize;
     for (offset, ok) in [
         (limit + 1 - SEQ, true),
@@ -413,7 +418,7 @@ mod random_cases {
         vocab: usize,
         d_token: usize,
         d_position: usize,
-        combine: FusedCombine,
+        combine: Combine,
         table_len: usize,
         batch: usize,
         seq: usize,
@@ -453,9 +458,15 @@ mod random_cases {
                 )| {
                     let n = batch * seq;
                     let (d_position, combine) = if concat {
-                        (width, FusedCombine::Concat)
+                        (
+                            width,
+                            Combine::Concat {
+                                d_token,
+                                d_position: width,
+                            },
+                        )
                     } else {
-                        (d_token, FusedCombine::Add)
+                        (d_token, Combine::Add)
                     };
                     let positions = if explicit {
                         prop::collection::vec(-1i64..rows as i64 + 2, n)

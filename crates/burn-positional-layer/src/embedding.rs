@@ -7,28 +7,12 @@ use burn::tensor::module::embedding;
 use burn::tensor::{Device, Int, Tensor};
 
 use burn_positional_kernels::{
-    FusedCombine, FusedEmbeddingError, FusedEmbeddingOptions, InputStatus, fused_embedding,
+    Combine, FusedEmbeddingError, FusedEmbeddingOptions, InputStatus, fused_embedding,
 };
 
 use crate::limits::table_fits;
 use crate::status::StatusLog;
 use crate::{AbsolutePosition, PositionError, PositionSchemeConfig, Positions, SinusoidalConfig};
-
-/// How token vectors and position vectors are combined (seed 001's question).
-#[derive(Config, Debug, PartialEq)]
-pub enum Combine {
-    /// `token + position`, both `d_model` wide (Vaswani et al. 2017). Leaves the split of the
-    /// `d_model` dimensions between meaning and position to training.
-    Add,
-    /// `[token ‖ position]`: a `d_token`-wide token vector followed by a `d_position`-wide
-    /// position vector, with `d_token + d_position = d_model`. Fixes the split in advance.
-    Concat {
-        /// Width of the token part.
-        d_token: usize,
-        /// Width of the position part.
-        d_position: usize,
-    },
-}
 
 /// Configuration of [`EmbeddingWithPosition`].
 #[derive(Config, Debug, PartialEq)]
@@ -467,10 +451,7 @@ impl EmbeddingWithPosition {
         let options = FusedEmbeddingOptions {
             scale: self.token_scale as f32,
             padding_idx: self.padding_idx,
-            combine: match self.combine {
-                Combine::Add => FusedCombine::Add,
-                Combine::Concat { .. } => FusedCombine::Concat,
-            },
+            combine: self.combine,
         };
         let (output, status) = fused_embedding(tokens, ids, positions, table, &options)
             .map_err(|err| self.name_error(err))?;

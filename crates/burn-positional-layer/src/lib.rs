@@ -43,11 +43,13 @@ pub use attention::{
 };
 /// The fused forward ([`EmbeddingWithPosition`]'s default path), for direct use.
 pub use burn_positional_kernels as kernels;
+/// Add or concatenate: one type for the layer's config and the kernels.
+pub use burn_positional_kernels::Combine;
 pub use cache::CACHED_SQUARES;
 #[doc(hidden)]
 pub use cache::shape_cache_builds;
 pub use embedding::{
-    Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, check_token_ids, read_record,
+    EmbeddingWithPosition, EmbeddingWithPositionConfig, check_token_ids, read_record,
 };
 pub use error::PositionError;
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
