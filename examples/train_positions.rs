@@ -174,7 +174,7 @@ fn draw_tables(learned: &[(String, Tensor<2>)], out: &Path, device: &Device) {
     let mut all: Vec<(String, Tensor<2>)> = learned.to_vec();
     all.push(("sinusoidal (fixed)".into(), sinusoidal));
     println!(
-        "\nsmoothness (seed 002): mean cosine similarity of neighbouring positions vs positions >= 8 apart"
+        "\nsmoothness: mean cosine similarity of neighbouring positions vs positions >= 8 apart"
     );
     for (name, table) in &all {
         let [_, d] = table.dims();

@@ -5,7 +5,7 @@
 //! Without positions every copy of a token sees the same bag of tokens and gets the same
 //! prediction, so accuracy stays near chance (`1 / vocab_size`, a little more when a token
 //! repeats). With learned positions the model must learn, for each position, which position is
-//! `k` back; with sinusoidal positions the shift by `k` is one fixed rotation (seed 002's
+//! `k` back; with sinusoidal positions the shift by `k` is one fixed rotation (the properties a good encoding needs:
 //! "relative-aware").
 
 use burn::data::dataloader::batcher::Batcher;

@@ -22,7 +22,7 @@ pub struct EncoderConfig {
     /// Width of the embedding's output.
     #[config(default = 64)]
     pub d_model: usize,
-    /// Add token and position vectors (default), or concatenate them (seed 001).
+    /// Add token and position vectors (default), or concatenate them (the add-or-concatenate question).
     #[config(default = "Combine::Add")]
     pub combine: Combine,
     /// Heads per block.

@@ -40,7 +40,7 @@ pub struct SchemeParts {
 }
 
 impl Scheme {
-    /// Every scheme, in the order of seed 002's table.
+    /// Every scheme, in the order of the table of modern schemes.
     pub const ALL: [Scheme; 7] = [
         Scheme::None,
         Scheme::Sinusoidal,

@@ -1,5 +1,5 @@
 //! Measurements of what a position scheme does, on a table of position vectors read back to
-//! the host (`table[p]` is the vector of position `p`). Each answers one row of seed 002's
+//! the host (`table[p]` is the vector of position `p`). Each answers one row of the
 //! table of desirable properties with a number:
 //!
 //! | property | measurement |
@@ -11,7 +11,7 @@
 //! | relative-aware | [`shift_map_residual`]: how well one fixed linear map takes `PE(p)` to `PE(p + k)` |
 //! | relative-aware | [`toeplitz_deviation`]: how much scores depend on absolute position, not only on `q - p` |
 //!
-//! And seed 000's question, whether a token at one position can land on another token at
+//! And the question "can two (token, position) pairs collide?", whether a token at one position can land on another token at
 //! another position: [`closest_combination`].
 
 use nalgebra::DMatrix;
@@ -171,7 +171,7 @@ pub struct Collision {
     pub first: (usize, usize),
     /// The second combination, `(token, position)`.
     pub second: (usize, usize),
-    /// The closest two combinations of *different* tokens (seed 000's case: token A at one
+    /// The closest two combinations of *different* tokens (the question's case: token A at one
     /// position against token B at another), as `(distance, first, second)`.
     pub different_tokens: (f64, (usize, usize), (usize, usize)),
     /// Mean distance over every pair of distinct combinations: what "typical" means.
@@ -184,7 +184,7 @@ pub struct Collision {
     pub combinations: usize,
 }
 
-/// Seed 000's question, answered by search: over every token vector `tokens[t]` and position
+/// "Can two (token, position) pairs collide?", answered by search: over every token vector `tokens[t]` and position
 /// vector `positions[p]`, the two distinct combinations `tokens[t] + positions[p]` that lie
 /// closest together, with the typical distance beside it.
 ///
@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn seed_000_constructed_collision_is_found_exactly() {
-        // Seed 000: token A = [0.5, 0], B = [1, 0]; PE(1) = [1, 0], PE(2) = [0.5, 0], so
+        // The question's example: token A = [0.5, 0], B = [1, 0]; PE(1) = [1, 0], PE(2) = [0.5, 0], so
         // A + PE(1) = B + PE(2) = [1.5, 0]. PE(0) = [0, 1] keeps that the only collision.
         let tokens = vec![vec![0.5, 0.0], vec![1.0, 0.0]];
         let positions = vec![vec![0.0, 1.0], vec![1.0, 0.0], vec![0.5, 0.0]];

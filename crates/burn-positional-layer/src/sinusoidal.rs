@@ -279,7 +279,7 @@ impl SinusoidalPosition {
 mod tests {
     use super::*;
 
-    /// Seed 000's worked example: d_model = 2, positions 0 and 1 give
+    /// The worked example of the question "can two (token, position) pairs collide?": d_model = 2, positions 0 and 1 give
     /// `[[0.0000, 1.0000], [0.8415, 0.5403]]`.
     #[test]
     fn seed_000_worked_example() {
