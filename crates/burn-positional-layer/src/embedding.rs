@@ -10,7 +10,9 @@ use burn_positional_kernels::{
     Combine, FusedEmbeddingError, FusedEmbeddingOptions, InputStatus, fused_embedding,
 };
 
+use crate::ids::{check_ids_in, value_ranges};
 use crate::limits::table_fits;
+use crate::records::{read_record, record_detail};
 use crate::status::StatusLog;
 use crate::{AbsolutePosition, PositionError, PositionSchemeConfig, Positions, SinusoidalConfig};
 
@@ -633,85 +635,4 @@ impl EmbeddingWithPosition {
             table: format!("{table:?}"),
         })
     }
-}
-
-/// Reads a burnpack record (`.bpk`) into memory.
-///
-/// burn's `ModuleRecord::load` keeps tensor data file-backed and reads it lazily, on wgpu as
-/// queued work: overwrite or delete the file before that work runs (as a training loop does
-/// when it resumes from a checkpoint and later writes the next one to the same path) and the
-/// load fails later, far from its cause. Reading the bytes up front removes the hazard.
-pub fn read_record(
-    path: impl AsRef<std::path::Path>,
-) -> Result<burn::store::ModuleRecord, burn::store::RecordError> {
-    let path = path.as_ref();
-    let bytes = std::fs::read(path)
-        .map_err(|err| burn::store::RecordError::Io(format!("{}: {err}", path.display())))?;
-    burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
-}
-
-fn record_detail(err: burn::store::RecordError) -> String {
-    match err {
-        burn::store::RecordError::Io(msg) | burn::store::RecordError::Validation(msg) => msg,
-    }
-}
-
-/// `(min, max)` of each tensor, read back from the device in one transfer.
-fn value_ranges(tensors: &[&Tensor<2, Int>]) -> Vec<(i64, i64)> {
-    let stats: Vec<Tensor<1, Int>> = tensors
-        .iter()
-        .flat_map(|t| [(*t).clone().min(), (*t).clone().max()])
-        .collect();
-    let values: Vec<i64> = Tensor::cat(stats, 0).into_data().iter::<i64>().collect();
-    values.chunks(2).map(|pair| (pair[0], pair[1])).collect()
-}
-
-fn check_ids_in(
-    ids: &Tensor<2, Int>,
-    (min, max): (i64, i64),
-    vocab_size: usize,
-) -> Result<(), PositionError> {
-    if min >= 0 && max < vocab_size as i64 {
-        return Ok(());
-    }
-    // Error path only: find the first offending id to name its place.
-    let [_, seq] = ids.dims();
-    let data = ids.to_data();
-    let (index, id) = data
-        .iter::<i64>()
-        .enumerate()
-        .find(|&(_, id)| id < 0 || id >= vocab_size as i64)
-        .expect("the range check saw an id outside the vocabulary");
-    Err(PositionError::TokenIdOutOfRange {
-        id,
-        batch: index / seq,
-        position: index % seq,
-        vocab_size,
-    })
-}
-
-/// Checks that every id lies in `0..vocab_size`, with one small read-back from the device.
-///
-/// [`EmbeddingWithPosition::try_forward`] checks ids (from the fused pass's status) on every
-/// call; this function is for checking tokenizer output once, up front, before any model runs.
-///
-/// # Shapes
-///
-/// - ids: `[batch, seq]`
-///
-/// ```
-/// use burn::prelude::*;
-/// use burn_positional_layer::check_token_ids;
-///
-/// let device = Device::flex();
-/// let ids = Tensor::<2, Int>::from_data([[1, 2], [3, 12]], &device);
-/// let err = check_token_ids(&ids, 10).unwrap_err();
-/// assert!(err.to_string().starts_with("token id 12 at [batch 1, position 1]"));
-/// ```
-pub fn check_token_ids(ids: &Tensor<2, Int>, vocab_size: usize) -> Result<(), PositionError> {
-    let [batch, seq] = ids.dims();
-    if batch * seq == 0 {
-        return Ok(());
-    }
-    check_ids_in(ids, value_ranges(&[ids])[0], vocab_size)
 }

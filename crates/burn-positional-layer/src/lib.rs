@@ -27,9 +27,11 @@ mod attention;
 mod cache;
 mod embedding;
 mod error;
+mod ids;
 mod learned;
 mod limits;
 mod materialize;
+mod records;
 mod rope;
 mod scheme;
 mod sinusoidal;
@@ -48,13 +50,13 @@ pub use burn_positional_kernels::Combine;
 pub use cache::CACHED_SQUARES;
 #[doc(hidden)]
 pub use cache::shape_cache_builds;
-pub use embedding::{
-    EmbeddingWithPosition, EmbeddingWithPositionConfig, check_token_ids, read_record,
-};
+pub use embedding::{EmbeddingWithPosition, EmbeddingWithPositionConfig};
 pub use error::PositionError;
+pub use ids::check_token_ids;
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
 pub use limits::{GROWN_TABLE_VALUES, MAX_TABLE_VALUES};
 pub use materialize::materialize;
+pub use records::read_record;
 pub use rope::{Rope, RopeConfig, RopeLayout, RopeScaling, rope_angles};
 pub use scheme::{AbsolutePosition, NoPosition, PositionSchemeConfig, Positions};
 pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_frequencies, sinusoid_rows};
