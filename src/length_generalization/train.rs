@@ -6,19 +6,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use burn::data::dataloader::DataLoaderBuilder;
-use burn::optim::AdamConfig;
-use burn::optim::lr_scheduler::constant::ConstantLr;
 use burn::prelude::*;
-use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::{AccuracyMetric, LossMetric};
-use burn::train::{Learner, SupervisedTraining};
 
 use super::{
     CellResult, LanguageModel, LmBatcher, Measurement, PAD, StudyConfig, Task, TaskDataset,
     Variant, score,
 };
-use crate::checkpoint::{PARTS, PartCheckpointer, last_complete_epoch};
-use crate::learner::{Event, Recorder, prepare_checkpoint_dir};
+use crate::checkpoint::last_complete_epoch;
+use crate::learner::{
+    Event, Recorder, adam_learner, checkpointed_training, prepare_checkpoint_dir,
+};
 use crate::schemes::Scheme;
 use crate::training::TrainingError;
 
@@ -73,36 +71,24 @@ pub fn train_cell(
             }
         }),
     );
-    let learner = Learner::new(
-        model,
-        AdamConfig::new().init(),
-        ConstantLr::new(config.learning_rate),
-    );
-    let mut training = SupervisedTraining::new(
+    let learner = adam_learner(model, config.learning_rate);
+    let training = checkpointed_training(
         dir,
+        &checkpoint_dir,
         DataLoaderBuilder::new(LmBatcher)
             .batch_size(config.batch_size)
             .build(train),
         DataLoaderBuilder::new(LmBatcher)
             .batch_size(config.batch_size)
             .build(valid),
+        config.trained_steps() / config.steps_per_epoch,
+        last_complete_epoch(&checkpoint_dir),
     )
-    .num_epochs(config.trained_steps() / config.steps_per_epoch)
     .metric_train_numeric(LossMetric::new())
     .metric_valid_numeric(LossMetric::new())
     .metric_train_numeric(AccuracyMetric::new().with_pad_token(PAD as usize))
     .metric_valid_numeric(AccuracyMetric::new().with_pad_token(PAD as usize))
-    .with_custom_checkpointers(
-        PartCheckpointer::new(&checkpoint_dir, PARTS[0]),
-        PartCheckpointer::new(&checkpoint_dir, PARTS[1]),
-        PartCheckpointer::new(&checkpoint_dir, PARTS[2]),
-    )
-    .with_checkpointing_strategy(KeepLastNCheckpoints::new(2))
-    .with_application_logger(None)
     .renderer(Box::new(recorder));
-    if let Some(epoch) = last_complete_epoch(&checkpoint_dir) {
-        training = training.checkpoint(epoch);
-    }
     let model = training.launch(learner).model;
     let accuracy = *valid_accuracy.lock().unwrap_or_else(|e| e.into_inner());
     Ok((model, accuracy))
