@@ -25,7 +25,10 @@ use burn::train::renderer::{
     EvaluationName, MetricState, MetricsRenderer, MetricsRendererEvaluation,
     MetricsRendererTraining,
 };
-use burn::train::{ExecutionStrategy, Learner, MultiDeviceOptim, SupervisedTraining};
+use burn::train::{
+    ExecutionStrategy, InferenceStep, Learner, LearnerModel, MultiDeviceOptim, SupervisedTraining,
+    TrainStep,
+};
 
 use crate::checkpoint::{
     PARTS, PartCheckpointer, ResumePoint, RunLock, RunRecord, discard_after, last_complete_epoch,
@@ -367,26 +370,20 @@ fn launch(
     })?;
     run.save(&dir.join("run.json"))?;
     let epochs = config.steps.div_ceil(config.valid_every);
-    let learner = Learner::new(
-        model,
-        AdamConfig::new().init(),
-        ConstantLr::new(config.learning_rate),
-    );
-    let mut training =
-        SupervisedTraining::new(dir, train_loader(config, workers), valid_loader(config))
-            .with_training_strategy(execution.into())
-            .num_epochs(epochs)
-            .metric_train_numeric(LossMetric::new())
-            .metric_valid_numeric(LossMetric::new())
-            .metric_train_numeric(AccuracyMetric::new())
-            .metric_valid_numeric(AccuracyMetric::new())
-            .with_custom_checkpointers(
-                PartCheckpointer::new(&checkpoint_dir, PARTS[0]),
-                PartCheckpointer::new(&checkpoint_dir, PARTS[1]),
-                PartCheckpointer::new(&checkpoint_dir, PARTS[2]),
-            )
-            .with_checkpointing_strategy(KeepLastNCheckpoints::new(2))
-            .with_application_logger(None);
+    let learner = adam_learner(model, config.learning_rate);
+    let mut training = checkpointed_training(
+        dir,
+        &checkpoint_dir,
+        train_loader(config, workers),
+        valid_loader(config),
+        epochs,
+        resume,
+    )
+    .with_training_strategy(execution.into())
+    .metric_train_numeric(LossMetric::new())
+    .metric_valid_numeric(LossMetric::new())
+    .metric_train_numeric(AccuracyMetric::new())
+    .metric_valid_numeric(AccuracyMetric::new());
     if let Listener::Events(on_event) = listener {
         training = training.renderer(Box::new(Recorder::new(
             config.valid_every,
@@ -394,10 +391,45 @@ fn launch(
             on_event,
         )));
     }
-    if let Some(epoch) = resume {
-        training = training.checkpoint(epoch);
-    }
     Ok(training.launch(learner).model)
+}
+
+/// The learner every run of this crate trains with: `model`, Adam with burn's defaults, a
+/// constant learning rate.
+pub(crate) fn adam_learner<M: LearnerModel>(model: M, learning_rate: f64) -> Learner<M> {
+    Learner::new(
+        model,
+        AdamConfig::new().init(),
+        ConstantLr::new(learning_rate),
+    )
+}
+
+/// The burn-train run every trainer of this crate launches ([`fit`] and the length-generalization
+/// study's `train_cell`): `epochs` epochs over the two loaders, a checkpoint (model, optimizer,
+/// scheduler, each part written whole by a [`PartCheckpointer`]) every epoch in
+/// `checkpoint_dir`, the last two kept, no log file, and resumed after epoch `resume` when
+/// given. Callers add their metrics, execution strategy and renderer.
+pub(crate) fn checkpointed_training<M: LearnerModel>(
+    dir: &Path,
+    checkpoint_dir: &Path,
+    train: Arc<dyn DataLoader<<M as TrainStep>::Input>>,
+    valid: Arc<dyn DataLoader<<M as InferenceStep>::Input>>,
+    epochs: usize,
+    resume: Option<usize>,
+) -> SupervisedTraining<M> {
+    let training = SupervisedTraining::new(dir, train, valid)
+        .num_epochs(epochs)
+        .with_custom_checkpointers(
+            PartCheckpointer::new(checkpoint_dir, PARTS[0]),
+            PartCheckpointer::new(checkpoint_dir, PARTS[1]),
+            PartCheckpointer::new(checkpoint_dir, PARTS[2]),
+        )
+        .with_checkpointing_strategy(KeepLastNCheckpoints::new(2))
+        .with_application_logger(None);
+    match resume {
+        Some(epoch) => training.checkpoint(epoch),
+        None => training,
+    }
 }
 
 /// Whether `run` may resume the checkpoints in `<dir>/checkpoint`, if any: `<dir>/run.json`

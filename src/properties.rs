@@ -11,6 +11,10 @@
 //!
 //! The measurements themselves are host code in [`burn_positional_analysis`]; this module gets
 //! the signatures and scores off the device and assembles a [`PropertyRow`] per scheme.
+//! [`pictures`] draws them (and the collisions and add-versus-concatenate pictures) for the
+//! properties example.
+
+pub mod pictures;
 
 use std::ops::Range;
 
