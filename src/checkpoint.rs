@@ -295,6 +295,24 @@ pub fn discard_after(checkpoint_dir: &Path, epoch: Option<usize>) -> std::io::Re
     Ok(())
 }
 
+/// `File::try_lock`, retried for up to [`LOCK_GRACE`]: a child process started by any thread of
+/// the holder inherits, between fork and exec, a reference to the lock, so a lock released just
+/// now may still read as held for a moment. A real run holds its folder for far longer.
+fn try_lock_with_grace(file: &std::fs::File) -> Result<(), std::fs::TryLockError> {
+    let start = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < LOCK_GRACE => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long [`RunLock::acquire`] waits for a lock that reads as held before refusing.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A run's hold on its folder, for as long as the value lives: an OS advisory lock
 /// (`File::try_lock`: `flock` on Unix) on `<dir>/run.lock`, which holds the holder's pid. The
 /// system releases the lock when the process ends, however it ends, so a killed run leaves no
@@ -326,7 +344,7 @@ impl RunLock {
             .truncate(false)
             .open(&path)
             .map_err(io)?;
-        match file.try_lock() {
+        match try_lock_with_grace(&file) {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
                 let pid = std::fs::read_to_string(&path)
@@ -578,9 +596,10 @@ mod tests {
     #[test]
     fn a_lock_file_of_a_dead_process_is_taken_over() {
         let dir = tempfile::tempdir().unwrap();
-        let mut gone = std::process::Command::new("true").spawn().unwrap();
-        gone.wait().unwrap();
-        std::fs::write(dir.path().join(LOCK_FILE), format!("{}\n", gone.id())).unwrap();
+        // A pid past Linux's largest (2^22): no process has it. (Spawning a child to get a dead
+        // pid would let the child inherit, between fork and exec, a lock another test holds.)
+        let gone = 1u32 << 23;
+        std::fs::write(dir.path().join(LOCK_FILE), format!("{gone}\n")).unwrap();
         let _lock = RunLock::acquire(dir.path()).unwrap();
         let written = std::fs::read_to_string(dir.path().join(LOCK_FILE)).unwrap();
         assert_eq!(written.trim(), std::process::id().to_string());

@@ -334,7 +334,7 @@ impl SelfAttention {
         });
         // On an autodiff device burn 0.22.1 has no fused attention: its `attention` is the
         // fallback spelled out in separate ops with two extra clamps, which measured slower
-        // in forward plus backward than the scores spelled out here (see the README's bench).
+        // in forward plus backward than the scores spelled out here (see docs/performance.md).
         let use_weights = path == Path::Weights || device.is_autodiff();
         if !use_weights {
             let context = attention(
