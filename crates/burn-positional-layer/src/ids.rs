@@ -41,7 +41,7 @@ pub(crate) fn check_ids_in(
 
 /// Checks that every id lies in `0..vocab_size`, with one small read-back from the device.
 ///
-/// [`EmbeddingWithPosition::try_forward`] checks ids (from the fused pass's status) on every
+/// [`EmbeddingWithPosition::try_forward`](crate::EmbeddingWithPosition::try_forward) checks ids (from the fused pass's status) on every
 /// call; this function is for checking tokenizer output once, up front, before any model runs.
 ///
 /// # Shapes
