@@ -4,22 +4,13 @@
 //! `try_forward` refuses bad input at once. `forward` reads nothing back: it writes the bad
 //! token's row as NaN and `check_inputs` names it later, with the same message.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use crate::panic_message;
 
 use burn::prelude::*;
 use burn_positional::{
     Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, KEPT_STATUSES, LearnedConfig,
     PositionError, Positions, check_token_ids,
 };
-
-fn panic_message(f: impl FnOnce()) -> String {
-    let payload = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
 
 fn assert_mentions(msg: &str, parts: &[&str]) {
     for part in parts {

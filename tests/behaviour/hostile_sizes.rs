@@ -10,7 +10,7 @@
 //! f16 tokens beside the f32 sinusoid; a record of mixed dtypes loaded and then every forward
 //! panicked.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use crate::panic_message;
 use std::time::Instant;
 
 use burn::module::{Module, ModuleMapper, Param};
@@ -20,15 +20,6 @@ use burn_positional::{
     EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig, PositionError, Positions,
     SinusoidalConfig,
 };
-
-fn panic_message(f: impl FnOnce()) -> String {
-    let payload = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
 
 /// Both twins refuse `positions` with `want`, and say how long they took (for the record).
 fn both_twins_refuse(

@@ -25,6 +25,17 @@ macro_rules! on_every_autodiff_device {
 
 mod devices;
 
+/// Runs `f`, which must panic, and returns its message: what a `# Panics` section promises.
+pub fn panic_message(f: impl FnOnce()) -> String {
+    let payload =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("expected a panic");
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 mod attention_block;
 mod attention_schemes;
 mod bad_input;

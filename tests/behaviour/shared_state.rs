@@ -2,7 +2,7 @@
 //! the grown sinusoid table, and a decoding cache. Each case is a sequence of calls that used to
 //! lose a report, mangle it or give silently wrong output (issue 24).
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use crate::panic_message;
 use std::sync::Barrier;
 
 use burn::prelude::*;
@@ -11,15 +11,6 @@ use burn_positional::{
     AttentionInput, EmbeddingWithPositionConfig, KEPT_STATUSES, KvCache, PositionError, Positions,
     SelfAttentionConfig, SinusoidalConfig,
 };
-
-fn panic_message(f: impl FnOnce()) -> String {
-    let payload = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
 
 fn bad_id(id: i64) -> PositionError {
     PositionError::TokenIdOutOfRange {
