@@ -8,7 +8,8 @@
 //! 4. A PNG of the trained models' attention weights for both sentences.
 //!
 //! ```text
-//! cargo run --release --example dog_bites_man [-- --device wgpu|ndarray|flex] [--steps N] [--out DIR]
+//! cargo run --release --example dog_bites_man [-- --device wgpu|flex] [--steps N] [--out DIR]
+//! cargo run --release --features ndarray --example dog_bites_man -- --device ndarray
 //! ```
 
 use std::path::PathBuf;

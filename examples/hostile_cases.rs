@@ -183,7 +183,7 @@ fn far_offset() -> String {
     format!(
         "{:?}",
         embed
-            .try_forward(ids, Positions::Offset(2_000_000_000))
+            .try_forward_at(ids, Positions::Offset(2_000_000_000))
             .map(|t| t.dims())
     )
 }
@@ -199,7 +199,7 @@ fn far_explicit() -> String {
     format!(
         "{:?}",
         embed
-            .try_forward(ids, Positions::Explicit(p))
+            .try_forward_at(ids, Positions::Explicit(p))
             .map(|t| t.dims())
     )
 }
@@ -212,7 +212,7 @@ fn wgpu_explicit() -> String {
     format!(
         "{:?}",
         embed
-            .try_forward(ids, Positions::Explicit(p))
+            .try_forward_at(ids, Positions::Explicit(p))
             .map(|t| t.dims())
     )
 }
@@ -257,7 +257,7 @@ fn window() -> String {
     format!(
         "{:?}",
         learned(32, &device)
-            .try_forward(ids, Positions::Offset(30))
+            .try_forward_at(ids, Positions::Offset(30))
             .map(|t| t.dims())
     )
 }
@@ -266,7 +266,7 @@ fn twins() -> String {
     let device = Device::flex();
     let embed = learned(8, &device);
     let ids = Tensor::<2, Int>::ones([1, 2], &device);
-    let fused = embed.try_forward(ids.clone(), Positions::Offset(1 << 31));
+    let fused = embed.try_forward_at(ids.clone(), Positions::Offset(1 << 31));
     let reference = embed.try_forward_reference(ids, Positions::Offset(1 << 31));
     format!(
         "fused: {:?}; reference: {:?}",
@@ -357,8 +357,8 @@ fn kv_two_blocks() -> String {
     let (a, b) = (config.init(&device), config.init(&device));
     let x = Tensor::<3>::ones([1, 3, 16], &device);
     let mut cache = KvCache::new();
-    a.forward_cached(AttentionInput::new(x.clone()), &mut cache);
-    let out = b.forward_cached(AttentionInput::new(x.slice([0..1, 0..1])), &mut cache);
+    a.forward_cache(AttentionInput::new(x.clone()), &mut cache);
+    let out = b.forward_cache(AttentionInput::new(x.slice([0..1, 0..1])), &mut cache);
     format!(
         "returned {:?}, cache now {} tokens",
         out.dims(),
@@ -372,12 +372,12 @@ fn kv_batch() -> String {
         .with_causal(true)
         .init(&device);
     let mut cache = KvCache::new();
-    block.forward_cached(
+    block.forward_cache(
         AttentionInput::new(Tensor::<3>::ones([2, 3, 16], &device)),
         &mut cache,
     );
     let tried = catch_unwind(AssertUnwindSafe(|| {
-        block.forward_cached(
+        block.forward_cache(
             AttentionInput::new(Tensor::<3>::ones([1, 1, 16], &device)),
             &mut cache,
         )

@@ -4,11 +4,14 @@
 //! Mean pooling forgets order, so everything the classifier knows about order comes from the
 //! position scheme (or a causal mask).
 
+#[cfg(feature = "train")]
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
+#[cfg(feature = "train")]
 use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
 
+#[cfg(feature = "train")]
 use crate::who_bites_whom::SentenceBatch;
 
 use crate::encoder::{Encoder, EncoderConfig, loss_and_accuracy};
@@ -90,6 +93,9 @@ impl SequenceClassifier {
     }
 }
 
+/// burn-train's steps (the `train` feature, which the studies crate turns on; the demo trains
+/// with a plain loop and does not build burn-train).
+#[cfg(feature = "train")]
 impl SequenceClassifier {
     /// Logits and cross-entropy as burn-train's metrics read them. Reads nothing from the
     /// device (bad ids come out as NaN; `encoder.embed.check_inputs()` names them).
@@ -109,6 +115,7 @@ impl SequenceClassifier {
 }
 
 /// One training step for burn-train's `Learner`.
+#[cfg(feature = "train")]
 impl TrainStep for SequenceClassifier {
     type Input = SentenceBatch;
     type Output = ClassificationOutput;
@@ -120,6 +127,7 @@ impl TrainStep for SequenceClassifier {
 }
 
 /// One validation step for burn-train's `Learner`.
+#[cfg(feature = "train")]
 impl InferenceStep for SequenceClassifier {
     type Input = SentenceBatch;
     type Output = ClassificationOutput;

@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::OnceLock;
 
 use burn::tensor::{Device, DeviceKind};
 
@@ -106,12 +105,21 @@ pub fn open(choice: DeviceChoice) -> Result<OpenedDevice, String> {
             }
         }
         // burn 0.22 deprecates ndarray in favour of flex; our users asked for both.
+        #[cfg(feature = "ndarray")]
         #[allow(deprecated)]
         DeviceChoice::Ndarray => OpenedDevice {
             device: Device::ndarray(),
             description: "ndarray (CPU)".into(),
             is_gpu: false,
         },
+        // The demo's first build leaves ndarray out (it is the slowest backend to compile).
+        #[cfg(not(feature = "ndarray"))]
+        DeviceChoice::Ndarray => {
+            return Err("this build has no ndarray backend: add `--features ndarray` to the \
+                        cargo command (for example `cargo run --release --features ndarray \
+                        --example dog_bites_man -- --device ndarray`)"
+                .into());
+        }
         DeviceChoice::Flex => OpenedDevice {
             device: Device::flex(),
             description: "flex (CPU)".into(),
@@ -134,35 +142,6 @@ pub fn open_or_cpu(choice: DeviceChoice) -> OpenedDevice {
         eprintln!("notice: {reason}; running on the CPU (flex)");
         open(DeviceChoice::Flex).expect("flex needs no adapter")
     })
-}
-
-/// The devices a bench runs on: the comma-separated names in `BENCH_DEVICES`, or `default`
-/// (for example `"flex,wgpu"`), opened once per process (wgpu can be initialized only once)
-/// and printed to stderr. A device that cannot be opened fails the bench loudly: a bench that
-/// quietly drops a backend would report numbers for less than it claims.
-///
-/// # Panics
-///
-/// On an unknown name, or a device that cannot be opened.
-pub fn bench_devices(default: &str) -> Vec<(DeviceChoice, Device)> {
-    static DEVICES: OnceLock<Vec<(DeviceChoice, Device)>> = OnceLock::new();
-    DEVICES
-        .get_or_init(|| {
-            let names = std::env::var("BENCH_DEVICES").unwrap_or_else(|_| default.into());
-            names
-                .split(',')
-                .map(|name| {
-                    let choice: DeviceChoice = name
-                        .trim()
-                        .parse()
-                        .unwrap_or_else(|e: String| panic!("{e}"));
-                    let opened = open(choice).unwrap_or_else(|reason| panic!("{reason}"));
-                    eprintln!("bench device: {}", opened.description);
-                    (choice, opened.device)
-                })
-                .collect()
-        })
-        .clone()
 }
 
 /// Keeps Mesa's Vulkan device-selection layer quiet on a machine without a desktop session.

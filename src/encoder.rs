@@ -39,8 +39,7 @@ pub struct EncoderConfig {
     #[config(default = "None")]
     pub score_bias: Option<ScoreBiasConfig>,
     /// Causal blocks (a decoder: each token sees itself and earlier tokens only). Off by
-    /// default. Set it before [`with_position`](Self::with_position), which picks causal ALiBi
-    /// and one-directional T5 buckets for a decoder.
+    /// default. The shared score bias follows it (one-directional T5 buckets for a decoder).
     #[config(default = false)]
     pub causal: bool,
 }
@@ -116,12 +115,12 @@ impl EncoderConfig {
 
 impl EncoderConfig {
     /// This config with `scheme`'s parts in the embedding and in every block, learned tables
-    /// `max_len` rows long, for causal blocks if `causal` is set (see [`Scheme::parts_for`]).
-    /// Set `d_model`, `n_heads` and `causal` first: RoPE's width and the biases depend on them.
+    /// `max_len` rows long (see [`Scheme::parts`]). Set `d_model` and `n_heads` first: RoPE's
+    /// width and the biases' heads depend on them.
     pub fn with_position(self, scheme: Scheme, max_len: usize) -> Self {
         // n_heads = 0 is refused by `validate`, not divided by here.
         let d_head = self.d_model / self.n_heads.max(1);
-        let parts = scheme.parts_for(max_len, self.n_heads, d_head, self.causal);
+        let parts = scheme.parts(max_len, self.n_heads, d_head);
         Self {
             scheme: parts.embedding,
             rope: parts.rope,
@@ -143,7 +142,7 @@ impl Encoder {
         &self,
         ids: Tensor<2, Int>,
     ) -> Result<(Tensor<3>, Option<Tensor<4>>), PositionError> {
-        let x = self.embed.try_forward(ids, Positions::default())?; // [batch, seq, d_model]
+        let x = self.embed.try_forward(ids)?; // [batch, seq, d_model]
         Ok(self.blocks_and_norm(x, true))
     }
 
@@ -195,26 +194,34 @@ impl Encoder {
         let bias = self
             .score_bias
             .as_ref()
-            .map(|bias| bias.bias(offset, seq, offset + seq));
+            .map(|bias| bias.bias(offset, seq, offset + seq, self.causal()));
         for (block, cache) in self.blocks.iter().zip(caches.iter_mut()) {
             let mut input = AttentionInput::new(x);
             input.score_bias = bias.clone();
-            x = block.forward_cached(input, cache);
+            x = block.forward_cache(input, cache);
         }
         self.norm.forward(x)
+    }
+
+    /// Whether the blocks are causal (all are, or none): what the shared score bias follows.
+    fn causal(&self) -> bool {
+        self.blocks.first().is_some_and(|block| block.causal)
     }
 
     /// The blocks and the final norm; the last block's weights when `weights` is set.
     fn blocks_and_norm(&self, mut x: Tensor<3>, weights: bool) -> (Tensor<3>, Option<Tensor<4>>) {
         let [_, seq, _] = x.dims();
         // One bias for the whole stack, computed once per forward.
-        let bias = self.score_bias.as_ref().map(|bias| bias.bias(0, seq, seq));
+        let bias = self
+            .score_bias
+            .as_ref()
+            .map(|bias| bias.bias(0, seq, seq, self.causal()));
         let mut last = None;
         for (i, block) in self.blocks.iter().enumerate() {
             let mut input = AttentionInput::new(x);
             input.score_bias = bias.clone();
             if weights && i + 1 == self.blocks.len() {
-                let out = block.forward_with_weights(input);
+                let out = block.forward_weights(input);
                 (x, last) = (out.output, Some(out.weights));
             } else {
                 x = block.forward_input(input);

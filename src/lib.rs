@@ -1,26 +1,18 @@
-//! What the examples, benches and tests of `burn-positional` share (not published): choosing a
-//! device by name ([`device`]), every scheme by name ([`schemes`]), a task only order can
-//! solve ([`who_bites_whom`]) and a tiny model for it ([`classifier`]), the body both models
-//! share ([`encoder`]), the training example's task, model, config and run on burn-train
-//! ([`copy_back`], [`tagger`], [`training`], [`learner`], with crash-safe checkpoints in
-//! [`checkpoint`]), the measured properties ([`properties`]), and the length-generalization
-//! study of decoder-only models ([`length_generalization`]).
+//! The dog-bites-man demo of `burn-positional` (`examples/dog_bites_man.rs`) and what the other
+//! examples, benches and tests share: choosing a device by name ([`device`]), every scheme by
+//! name ([`schemes`]), a task only order can solve ([`who_bites_whom`]) and a tiny model for it
+//! ([`classifier`]), the body every example model shares ([`encoder`]), and a seeded generator
+//! ([`rng`]). Not published.
 //!
 //! The library itself is the `burn-positional` crate; these modules use it exactly as a user's
-//! crate would.
+//! crate would. The studies (training on burn-train, the properties report, length
+//! generalization) are the `burn-positional-studies` crate.
 
-pub mod checkpoint;
 pub mod classifier;
-pub mod copy_back;
 pub mod device;
 pub mod encoder;
-pub mod learner;
-pub mod length_generalization;
-pub mod properties;
 pub mod rng;
 pub mod schemes;
-pub mod tagger;
-pub mod training;
 pub mod who_bites_whom;
 
 // The library's items, for the modules above (`crate::EmbeddingWithPosition`, ...).
@@ -32,7 +24,8 @@ use burn_positional::*;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-/// The guide's Rust blocks (`docs/*.md`), compiled and run as doc-tests, one page each.
+/// The guide's Rust blocks (`docs/*.md`) that use the library and this crate, compiled and run
+/// as doc-tests, one page each. The studies' pages are doc-tested by `burn-positional-studies`.
 #[cfg(doctest)]
 pub mod guide {
     #[doc = include_str!("../docs/dog-bites-man.md")]
@@ -47,12 +40,6 @@ pub mod guide {
     pub struct Reliability;
     #[doc = include_str!("../docs/performance.md")]
     pub struct Performance;
-    #[doc = include_str!("../docs/training.md")]
-    pub struct Training;
-    #[doc = include_str!("../docs/measurements.md")]
-    pub struct Measurements;
-    #[doc = include_str!("../docs/length-generalization.md")]
-    pub struct LengthGeneralization;
     #[doc = include_str!("../docs/layout.md")]
     pub struct Layout;
 }
@@ -63,6 +50,4 @@ const _: () = {
     const fn shared<T: Send + Sync + Clone + 'static>() {}
     shared::<classifier::SequenceClassifier>();
     shared::<encoder::Encoder>();
-    shared::<length_generalization::LanguageModel>();
-    shared::<tagger::TokenTagger>();
 };

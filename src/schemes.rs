@@ -5,8 +5,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::{
-    AlibiConfig, AlibiDirection, LearnedConfig, LearnedInit, PositionSchemeConfig, RopeConfig,
-    ScoreBiasConfig, SinusoidalConfig, T5BiasConfig,
+    AlibiConfig, LearnedConfig, LearnedInit, PositionSchemeConfig, RopeConfig, ScoreBiasConfig,
+    SinusoidalConfig, T5BiasConfig,
 };
 
 /// A position scheme, by the name users know it by.
@@ -51,22 +51,10 @@ impl Scheme {
         Scheme::Alibi,
     ];
 
-    /// The parts of this scheme for blocks with `n_heads` heads `d_head` wide, bidirectional
-    /// attention, and a learned table of `max_len` rows.
+    /// The parts of this scheme for blocks with `n_heads` heads `d_head` wide and a learned
+    /// table of `max_len` rows. The same for causal and bidirectional blocks: the blocks decide
+    /// (ALiBi's bias is masked by a causal block, T5's buckets follow the block's `causal`).
     pub fn parts(self, max_len: usize, n_heads: usize, d_head: usize) -> SchemeParts {
-        self.parts_for(max_len, n_heads, d_head, false)
-    }
-
-    /// [`parts`](Self::parts) for causal blocks when `causal` is set (a decoder): ALiBi's
-    /// causal penalty (`-m (i - j)` on the keys a query sees, as in Press et al. 2022) and T5's
-    /// one-directional buckets (as in T5's decoder). The other schemes are the same either way.
-    pub fn parts_for(
-        self,
-        max_len: usize,
-        n_heads: usize,
-        d_head: usize,
-        causal: bool,
-    ) -> SchemeParts {
         let none = SchemeParts {
             embedding: PositionSchemeConfig::None,
             rope: None,
@@ -93,19 +81,11 @@ impl Scheme {
                 ..none
             },
             Self::Alibi => SchemeParts {
-                score_bias: Some(ScoreBiasConfig::Alibi(
-                    AlibiConfig::new(n_heads).with_direction(if causal {
-                        AlibiDirection::Causal
-                    } else {
-                        AlibiDirection::Symmetric
-                    }),
-                )),
+                score_bias: Some(ScoreBiasConfig::Alibi(AlibiConfig::new(n_heads))),
                 ..none
             },
             Self::T5 => SchemeParts {
-                score_bias: Some(ScoreBiasConfig::T5(
-                    T5BiasConfig::new(n_heads).with_bidirectional(!causal),
-                )),
+                score_bias: Some(ScoreBiasConfig::T5(T5BiasConfig::new(n_heads))),
                 ..none
             },
         }

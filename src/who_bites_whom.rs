@@ -5,6 +5,7 @@
 //! sees the words but not their order can do no better than pick one of the two: 50 % accuracy.
 //! A model that knows positions learns "the first word bites" and reaches 100 %.
 
+#[cfg(feature = "train")]
 use burn::data::dataloader::batcher::Batcher;
 use burn::prelude::*;
 
@@ -119,9 +120,12 @@ pub struct SentenceBatch {
 
 /// Stacks [`Sentence`]s into a [`SentenceBatch`] on the loader's device; with burn's
 /// `InMemDataset::new(split(..).0)` it feeds burn-train's data loaders.
+/// (The `train` feature: burn's data loaders come with burn-train.)
+#[cfg(feature = "train")]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SentenceBatcher;
 
+#[cfg(feature = "train")]
 impl Batcher<Sentence, SentenceBatch> for SentenceBatcher {
     fn batch(&self, items: Vec<Sentence>, device: &Device) -> SentenceBatch {
         let (ids, answers) = batch(&items, device);

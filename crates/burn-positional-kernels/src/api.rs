@@ -32,50 +32,54 @@ impl Default for Positions {
 }
 
 /// Bad input, found by the op's status output or, where no read is needed, before the launch.
+///
+/// A bad token's place is `at: [batch, index]`: its batch row and its index along `seq`.
+/// `position` is always a position (a row of the position table), never an index.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FusedEmbeddingError {
     /// A token id outside `0..vocab_size`.
     #[error(
-        "token id {id} at [batch {batch}, position {position}] is outside the vocabulary \
-         0..{vocab_size}; fix the tokenizer output or enlarge vocab_size"
+        "token id {id} at [batch {batch}, index {index}] is outside the vocabulary \
+         0..{vocab_size}; fix the tokenizer output or enlarge vocab_size",
+        batch = .at[0],
+        index = .at[1]
     )]
     TokenIdOutOfRange {
         /// The id.
         id: i64,
-        /// Its batch row.
-        batch: usize,
-        /// Its index along the sequence.
-        position: usize,
+        /// Its place: `[batch, index along seq]`.
+        at: [usize; 2],
         /// Rows of the token table.
         vocab_size: usize,
     },
     /// A position at or past the end of the position table.
     #[error(
-        "position {value} at [batch {batch}, position {position}] is past the position table \
-         0..{table_len}; shorten the input or enlarge the table"
+        "position {position} at [batch {batch}, index {index}] is past the position table \
+         (max_len = {max_len}): positions must be in 0..{max_len}; shorten the input or enlarge \
+         max_len",
+        batch = .at[0],
+        index = .at[1]
     )]
     PositionPastTable {
         /// The position.
-        value: i64,
-        /// Its batch row.
-        batch: usize,
-        /// Its index along the sequence.
-        position: usize,
+        position: i64,
+        /// Its place: `[batch, index along seq]`.
+        at: [usize; 2],
         /// Rows of the position table.
-        table_len: usize,
+        max_len: usize,
     },
     /// A negative explicit position.
     #[error(
-        "position {value} at [batch {batch}, position {position}] is negative; positions \
-         start at 0"
+        "position {position} at [batch {batch}, index {index}] is negative; positions start \
+         at 0",
+        batch = .at[0],
+        index = .at[1]
     )]
     NegativePosition {
         /// The position.
-        value: i64,
-        /// Its batch row.
-        batch: usize,
-        /// Its index along the sequence.
-        position: usize,
+        position: i64,
+        /// Its place: `[batch, index along seq]`.
+        at: [usize; 2],
     },
     /// An offset whose positions do not fit the kernels' 32-bit position arithmetic.
     #[error(
@@ -113,7 +117,8 @@ pub struct InputStatus {
     ids: Tensor<2, Int>,
     positions: Positions,
     vocab_size: usize,
-    table_len: Option<usize>,
+    /// Rows of the position table, if there is one.
+    max_len: Option<usize>,
 }
 
 impl InputStatus {
@@ -177,7 +182,7 @@ impl InputStatus {
     /// The error for the token at flat `index` with status `code` (reads its value back).
     fn name(&self, index: usize, code: i64) -> FusedEmbeddingError {
         let [_, seq] = self.codes.dims();
-        let (batch, position) = (index / seq, index % seq);
+        let at = [index / seq, index % seq];
         let value_at = |t: &Tensor<2, Int>| {
             t.clone()
                 .flatten::<1>(0, 1)
@@ -190,13 +195,12 @@ impl InputStatus {
         if code & STATUS_BAD_ID != 0 {
             return FusedEmbeddingError::TokenIdOutOfRange {
                 id: value_at(&self.ids),
-                batch,
-                position,
+                at,
                 vocab_size: self.vocab_size,
             };
         }
         debug_assert!(code & STATUS_BAD_POSITION != 0);
-        let value = match &self.positions {
+        let position = match &self.positions {
             Positions::Explicit(p) => {
                 let [rows, _] = p.dims();
                 value_at(&if rows == 1 {
@@ -205,20 +209,15 @@ impl InputStatus {
                     p.clone()
                 })
             }
-            Positions::Offset(offset) => (*offset + position) as i64,
+            Positions::Offset(offset) => (*offset + at[1]) as i64,
         };
-        if value < 0 {
-            return FusedEmbeddingError::NegativePosition {
-                value,
-                batch,
-                position,
-            };
+        if position < 0 {
+            return FusedEmbeddingError::NegativePosition { position, at };
         }
         FusedEmbeddingError::PositionPastTable {
-            value,
-            batch,
             position,
-            table_len: self.table_len.unwrap_or(0),
+            at,
+            max_len: self.max_len.unwrap_or(0),
         }
     }
 }
@@ -230,7 +229,8 @@ thread_local! {
 /// How many times the calling thread has launched the fused extension (through
 /// [`fused_embedding`] with a position table). A diagnostic: tests use it to prove that a layer
 /// took the fused path rather than a fallback (per thread, so tests running beside each other
-/// do not count each other's calls).
+/// do not count each other's calls). Only with the `testing` feature.
+#[cfg(feature = "testing")]
 pub fn fused_calls() -> u64 {
     FUSED_CALLS.with(Cell::get)
 }
@@ -398,7 +398,7 @@ fn embed_with(
 ) -> Result<(Tensor<3>, InputStatus), FusedEmbeddingError> {
     let args = kernel_args(&ids, &positions, table.is_some(), options)?;
     let [vocab_size, _] = tokens.dims();
-    let table_len = table.as_ref().map(|t| t.dims()[0]);
+    let max_len = table.as_ref().map(|t| t.dims()[0]);
     let positions_tensor = positions_arg(&ids, &positions);
     let (output, codes) = op(tokens, ids.clone(), positions_tensor, table, args);
     let status = InputStatus {
@@ -406,7 +406,7 @@ fn embed_with(
         ids,
         positions,
         vocab_size,
-        table_len,
+        max_len,
     };
     Ok((output, status))
 }

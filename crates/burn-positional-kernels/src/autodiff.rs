@@ -29,14 +29,15 @@ use crate::PositionalKernels;
 use crate::options::{Combine, FusedEmbeddingOptions, KernelArgs};
 use crate::reference::{bool_dtype, id_ok, position_ok, positions_of, token_keep};
 
-/// Gradient of the token table `[vocab, d_token]` from the output gradient `[batch, seq, d_out]`.
+/// Gradient of the token table `[vocab_size, d_token]` from the output gradient
+/// `[batch, seq, d_out]`.
 fn token_table_grad<B: Backend>(
     grad: FloatTensor<B>,
     tokens: &FloatTensor<B>,
     ids: IntTensor<B>,
     options: &FusedEmbeddingOptions,
 ) -> FloatTensor<B> {
-    let [vocab, d_token] = tokens.shape().dims();
+    let [vocab_size, d_token] = tokens.shape().dims();
     let [batch, seq, _] = grad.shape().dims();
     let grad = match options.combine {
         Combine::Add => grad,
@@ -47,7 +48,7 @@ fn token_table_grad<B: Backend>(
     };
     let bd = bool_dtype::<B>(&tokens.device());
     let fd = FloatDType::from(grad.dtype());
-    let ok = id_ok::<B>(ids.clone(), vocab, bd);
+    let ok = id_ok::<B>(ids.clone(), vocab_size, bd);
     let safe_ids = B::int_mask_fill(ids.clone(), B::bool_not(ok.clone()), Scalar::from(0i64));
     let keep = token_keep::<B>(ids, ok, options, bd, fd);
     let keep = B::float_expand(keep, Shape::new([batch, seq, d_token]));

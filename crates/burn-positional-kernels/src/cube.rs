@@ -45,12 +45,12 @@ fn fused_embedding_kernel<F: Float, I: Int, N: Size>(
     status: &mut Tensor<I>,
     rows: u32,
     seq: u32,
-    vocab: u32,
+    vocab_size: u32,
     d_token_vectors: u32,
     d_position_vectors: u32,
     d_out_vectors: u32,
     position_row_stride: u32,
-    table_len: u32,
+    max_len: u32,
     offset: i32,
     padding_idx: i32,
     scale: f32,
@@ -77,8 +77,8 @@ fn fused_embedding_kernel<F: Float, I: Int, N: Size>(
         let b = row / seq;
         p = positions[b * (position_row_stride as usize) + s];
     }
-    let id_ok = id >= zero && id < I::cast_from(vocab);
-    let pos_ok = p >= zero && p < I::cast_from(table_len);
+    let id_ok = id >= zero && id < I::cast_from(vocab_size);
+    let pos_ok = p >= zero && p < I::cast_from(max_len);
     let nan = Vector::<F, N>::new(F::cast_from(nan));
 
     let mut value = Vector::<F, N>::new(F::new(0.0));
@@ -194,19 +194,19 @@ fn launch(
         u32::try_from(v).unwrap_or_else(|_| panic!("fused_embedding: {what} = {v} exceeds u32"))
     };
     u32_of(working_units, "the number of output vectors");
-    u32_of(dims.vocab * dims.d_token, "the token table's size");
+    u32_of(dims.vocab_size * dims.d_token, "the token table's size");
     u32_of(
-        dims.table_len * dims.d_position,
+        dims.max_len * dims.d_position,
         "the position table's size",
     );
     assert!(
-        dims.vocab <= i32::MAX as usize && dims.table_len <= i32::MAX as usize,
+        dims.vocab_size <= i32::MAX as usize && dims.max_len <= i32::MAX as usize,
         "fused_embedding: tables of more than i32::MAX rows are not supported"
     );
 
     // SAFETY: every tensor is contiguous with the shape `check_tensors` accepted; the kernel
     // bounds its units by the output's vector count, reads a token row only for an id in
-    // `0..vocab` and a table row only for a position in `0..max_len` (both compared in the
+    // `0..vocab_size` and a table row only for a position in `0..max_len` (both compared in the
     // kernel's int type, at least as wide as the input's), and reads `positions` at
     // `[0 or b, s]` of a `[1 or batch, seq]` tensor (or not at all when sequential). The offset
     // fits i32 with `offset + seq` (checked by `api::kernel_args`).
@@ -224,7 +224,7 @@ fn launch(
             status.clone().into_tensor_arg(),
             u32_of(rows, "batch * seq"),
             u32_of(dims.seq, "seq"),
-            u32_of(dims.vocab, "vocab"),
+            u32_of(dims.vocab_size, "vocab_size"),
             u32_of(dims.d_token / vector_size, "d_token"),
             u32_of(dims.d_position / vector_size, "d_position"),
             u32_of(dims.d_out / vector_size, "d_out"),
@@ -233,7 +233,7 @@ fn launch(
             } else {
                 u32_of(dims.seq, "seq")
             },
-            u32_of(dims.table_len, "max_len"),
+            u32_of(dims.max_len, "max_len"),
             i32::try_from(args.offset()).expect("fused_embedding: offset exceeds i32"),
             args.options
                 .padding_idx

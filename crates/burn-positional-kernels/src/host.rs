@@ -100,18 +100,18 @@ fn fused_embedding_host(
     args: &KernelArgs,
 ) -> (Vec<f32>, Vec<i32>) {
     let Dims {
-        vocab,
+        vocab_size,
         d_token,
         batch,
         seq,
         position_rows,
         d_position,
-        table_len,
+        max_len,
         d_out,
     } = dims;
     let options = &args.options;
-    assert_eq!(tokens.len(), vocab * d_token);
-    assert_eq!(table.len(), table_len * d_position);
+    assert_eq!(tokens.len(), vocab_size * d_token);
+    assert_eq!(table.len(), max_len * d_position);
     assert_eq!(ids.len(), batch * seq);
     assert!(args.sequential() || positions.len() == position_rows * seq);
     assert!(d_token > 0 && d_position > 0);
@@ -144,8 +144,8 @@ fn fused_embedding_host(
             let p_row = if position_rows == 1 { 0 } else { b };
             positions.at(p_row * seq + s)
         };
-        let id_ok = id >= 0 && (id as u64) < vocab as u64;
-        let pos_ok = p >= 0 && (p as u64) < table_len as u64;
+        let id_ok = id >= 0 && (id as u64) < vocab_size as u64;
+        let pos_ok = p >= 0 && (p as u64) < max_len as u64;
         *flag = (if id_ok { 0 } else { STATUS_BAD_ID }
             + if pos_ok { 0 } else { STATUS_BAD_POSITION }) as i32;
 

@@ -46,8 +46,11 @@ mod options;
 mod reference;
 
 pub use api::{
-    FusedEmbeddingError, InputStatus, Positions, fused_calls, fused_covers, fused_embedding,
+    FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding,
     reference_embedding, try_fused_embedding,
 };
 pub(crate) use extension::PositionalKernels;
 pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use api::fused_calls;

@@ -91,7 +91,7 @@ impl KernelArgs {
 /// The sizes every implementation works with, checked once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Dims {
-    pub vocab: usize,
+    pub vocab_size: usize,
     pub d_token: usize,
     pub batch: usize,
     pub seq: usize,
@@ -99,7 +99,7 @@ pub(crate) struct Dims {
     pub position_rows: usize,
     pub d_position: usize,
     /// Rows of the position table.
-    pub table_len: usize,
+    pub max_len: usize,
     pub d_out: usize,
 }
 
@@ -145,9 +145,9 @@ pub(crate) fn check(inputs: Inputs<'_>, args: &KernelArgs) -> Dims {
         2,
         "fused_embedding: the position table must be [max_len, d_position], got {table:?}"
     );
-    let (vocab, d_token) = (tokens[0], tokens[1]);
+    let (vocab_size, d_token) = (tokens[0], tokens[1]);
     let (batch, seq) = (ids[0], ids[1]);
-    let (table_len, d_position) = (table[0], table[1]);
+    let (max_len, d_position) = (table[0], table[1]);
     assert!(
         d_token > 0 && d_position > 0,
         "fused_embedding: widths must be positive, got d_token = {d_token} and d_position = \
@@ -201,13 +201,13 @@ pub(crate) fn check(inputs: Inputs<'_>, args: &KernelArgs) -> Dims {
         }
     };
     Dims {
-        vocab,
+        vocab_size,
         d_token,
         batch,
         seq,
         position_rows,
         d_position,
-        table_len,
+        max_len,
         d_out,
     }
 }

@@ -13,25 +13,25 @@ use burn::tensor::{BoolDType, DType, FloatDType, IntDType, Shape};
 
 use crate::options::{Combine, FusedEmbeddingOptions, KernelArgs, check_tensors};
 
-/// `0 <= ids < vocab`, as a bool `[batch, seq]`, compared in the ids' own dtype.
+/// `0 <= ids < vocab_size`, as a bool `[batch, seq]`, compared in the ids' own dtype.
 pub(crate) fn id_ok<B: Backend>(
     ids: IntTensor<B>,
-    vocab: usize,
+    vocab_size: usize,
     bool_dtype: BoolDType,
 ) -> BoolTensor<B> {
     let low = B::int_greater_equal_elem(ids.clone(), Scalar::from(0i64), bool_dtype);
-    let high = B::int_lower_elem(ids, Scalar::from(vocab as i64), bool_dtype);
+    let high = B::int_lower_elem(ids, Scalar::from(vocab_size as i64), bool_dtype);
     B::bool_and(low, high)
 }
 
-/// `0 <= pos < table_len`, as a bool `[rows, seq]`.
+/// `0 <= pos < max_len`, as a bool `[rows, seq]`.
 pub(crate) fn position_ok<B: Backend>(
     positions: IntTensor<B>,
-    table_len: usize,
+    max_len: usize,
     bool_dtype: BoolDType,
 ) -> BoolTensor<B> {
     let low = B::int_greater_equal_elem(positions.clone(), Scalar::from(0i64), bool_dtype);
-    let high = B::int_lower_elem(positions, Scalar::from(table_len as i64), bool_dtype);
+    let high = B::int_lower_elem(positions, Scalar::from(max_len as i64), bool_dtype);
     B::bool_and(low, high)
 }
 
@@ -106,19 +106,19 @@ pub(crate) fn fused_embedding<B: Backend>(
     args: &KernelArgs,
 ) -> (FloatTensor<B>, IntTensor<B>) {
     let options = &args.options;
-    let (vocab, d_token) = match &table {
+    let (vocab_size, d_token) = match &table {
         Some(table) => {
             let dims = check_tensors(&tokens, &ids, &positions, table, args);
-            (dims.vocab, dims.d_token)
+            (dims.vocab_size, dims.d_token)
         }
         None => {
-            let [vocab, d_token] = tokens.shape().dims();
+            let [vocab_size, d_token] = tokens.shape().dims();
             assert!(
                 matches!(ids.dtype(), DType::I32 | DType::I64),
                 "fused_embedding: ids are {:?}; token ids must be i32 or i64",
                 ids.dtype()
             );
-            (vocab, d_token)
+            (vocab_size, d_token)
         }
     };
     let [batch, seq] = ids.shape().dims();
@@ -129,7 +129,7 @@ pub(crate) fn fused_embedding<B: Backend>(
 
     // Token part: gather with out-of-range ids redirected to row 0, scaled (padding zeroed),
     // NaN where the id is bad.
-    let ok = id_ok::<B>(ids.clone(), vocab, bd);
+    let ok = id_ok::<B>(ids.clone(), vocab_size, bd);
     let safe_ids = B::int_mask_fill(ids.clone(), B::bool_not(ok.clone()), Scalar::from(0i64));
     let token_rows = B::embedding(tokens, safe_ids); // [batch, seq, d_token]
     let keep = token_keep::<B>(ids.clone(), ok.clone(), options, bd, fd);
@@ -140,12 +140,12 @@ pub(crate) fn fused_embedding<B: Backend>(
     let Some(table) = table else {
         return (token_part, bad_id);
     };
-    let [table_len, d_position] = table.shape().dims();
+    let [max_len, d_position] = table.shape().dims();
 
     // Position part, [rows, seq, d_position], NaN where the position is bad.
     let positions = positions_of::<B>(positions, &ids, args);
     let [rows, _] = positions.shape().dims();
-    let pos_ok = position_ok::<B>(positions.clone(), table_len, bd);
+    let pos_ok = position_ok::<B>(positions.clone(), max_len, bd);
     let safe = B::int_mask_fill(positions, B::bool_not(pos_ok.clone()), Scalar::from(0i64));
     let position_part = nan_where_not::<B>(B::embedding(table, safe), pos_ok.clone());
     let position_part = B::float_expand(position_part, Shape::new([batch, seq, d_position]));

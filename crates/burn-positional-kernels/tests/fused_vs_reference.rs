@@ -15,7 +15,7 @@ const VOCAB: usize = 11;
 const D_TOKEN: usize = 8;
 const BATCH: usize = 2;
 const SEQ: usize = 5;
-const TABLE_LEN: usize = 7;
+const MAX_LEN: usize = 7;
 
 #[allow(deprecated)]
 fn devices() -> Vec<Device> {
@@ -82,7 +82,7 @@ fn build(device: &Device, (d_position, combine, offset): (usize, Combine, Option
             None => Positions::Explicit(explicit_positions(device)),
         },
         table: Some(Tensor::random(
-            [TABLE_LEN, d_position],
+            [MAX_LEN, d_position],
             Distribution::Normal(0.0, 1.0),
             device,
         )),
@@ -205,11 +205,56 @@ fn status_codes_nan_rows_and_error() {
             err,
             FusedEmbeddingError::TokenIdOutOfRange {
                 id: 11,
-                batch: 0,
-                position: 3,
+                at: [0, 3],
                 vocab_size: VOCAB
             }
         );
+    }
+}
+
+/// A bad position is named with its place `[batch, index along seq]`, by the fused op and by
+/// the reference alike, in the value and in the message.
+#[test]
+fn bad_positions_are_named_with_their_place() {
+    for device in devices() {
+        let tokens = Tensor::<2>::ones([VOCAB, D_TOKEN], &device);
+        let table = Tensor::<2>::zeros([MAX_LEN, D_TOKEN], &device);
+        let ids = Tensor::<2, Int>::ones([2, 3], &device);
+        let past = FusedEmbeddingError::PositionPastTable {
+            position: 9,
+            at: [1, 2],
+            max_len: MAX_LEN,
+        };
+        let negative = FusedEmbeddingError::NegativePosition {
+            position: -4,
+            at: [1, 2],
+        };
+        for (bad, want) in [(9i64, past), (-4, negative)] {
+            let positions =
+                Positions::Explicit(Tensor::from_data([[0, 1, 2], [0, 1, bad]], &device));
+            let options = FusedEmbeddingOptions::default();
+            let args = || {
+                (
+                    tokens.clone(),
+                    ids.clone(),
+                    positions.clone(),
+                    Some(table.clone()),
+                )
+            };
+            let (t, i, p, tb) = args();
+            let fused = fused_embedding(t, i, p, tb, &options).unwrap().1;
+            let (t, i, p, tb) = args();
+            let reference = reference_embedding(t, i, p, tb, &options).unwrap().1;
+            for (twin, status) in [("fused", fused), ("reference", reference)] {
+                let err = status.check().unwrap_err();
+                assert_eq!(err, want, "{device:?} {twin}");
+                let msg = err.to_string();
+                assert!(
+                    msg.contains(&format!("position {bad} at [batch 1, index 2]")),
+                    "{msg}"
+                );
+            }
+        }
     }
 }
 
@@ -415,14 +460,14 @@ mod random_cases {
 
     #[derive(Clone, Debug)]
     struct Spec {
-        vocab: usize,
+        vocab_size: usize,
         d_token: usize,
         d_position: usize,
         combine: Combine,
-        table_len: usize,
+        max_len: usize,
         batch: usize,
         seq: usize,
-        /// `batch * seq` ids, some outside `0..vocab`.
+        /// `batch * seq` ids, some outside `0..vocab_size`.
         ids: Vec<i64>,
         /// `Err(offset)`, or `Ok(batch * seq explicit positions)`.
         positions: Result<Vec<i64>, usize>,
@@ -433,12 +478,12 @@ mod random_cases {
 
     fn spec() -> impl Strategy<Value = Spec> {
         (
-            1usize..7,                     // vocab
+            1usize..7,                     // vocab_size
             1usize..10,                    // d_token
             (1usize..10, prop::bool::ANY), // d_position, concat
             // Small batches, and ones of 4 x 40 x (up to 18) floats: thousands of GPU units.
             prop_oneof![(1usize..4, 1usize..7), (4usize..5, 40usize..41)],
-            1usize..9,                                       // table rows
+            1usize..9,                                       // max_len
             prop::bool::ANY,                                 // explicit positions
             prop::option::of(0usize..7),                     // padding id
             prop_oneof![Just(1.0f32), Just(0.5), Just(4.0)], // scale
@@ -446,7 +491,7 @@ mod random_cases {
         )
             .prop_flat_map(
                 |(
-                    vocab,
+                    vocab_size,
                     d_token,
                     (width, concat),
                     (batch, seq),
@@ -476,19 +521,19 @@ mod random_cases {
                         (0usize..6).prop_map(Err).boxed()
                     };
                     (
-                        prop::collection::vec(-2i64..vocab as i64 + 2, n),
+                        prop::collection::vec(-2i64..vocab_size as i64 + 2, n),
                         positions,
                         Just(Spec {
-                            vocab,
+                            vocab_size,
                             d_token,
                             d_position,
                             combine,
-                            table_len: rows,
+                            max_len: rows,
                             batch,
                             seq,
                             ids: vec![],
                             positions: Err(0),
-                            padding_idx: pad.filter(|&p| p < vocab),
+                            padding_idx: pad.filter(|&p| p < vocab_size),
                             scale,
                             int,
                         }),
@@ -511,12 +556,12 @@ mod random_cases {
 
     fn case(spec: &Spec, device: &Device) -> Case {
         let Spec {
-            vocab,
+            vocab_size,
             d_token,
             d_position,
             batch,
             seq,
-            table_len,
+            max_len,
             ..
         } = *spec;
         let ints = |v: Vec<i64>| {
@@ -524,7 +569,7 @@ mod random_cases {
         };
         Case {
             tokens: Tensor::from_data(
-                TensorData::new(values(vocab * d_token, 1), [vocab, d_token]),
+                TensorData::new(values(vocab_size * d_token, 1), [vocab_size, d_token]),
                 device,
             ),
             ids: ints(spec.ids.clone()),
@@ -533,7 +578,7 @@ mod random_cases {
                 Ok(p) => Positions::Explicit(ints(p.clone())),
             },
             table: Some(Tensor::from_data(
-                TensorData::new(values(table_len * d_position, 2), [table_len, d_position]),
+                TensorData::new(values(max_len * d_position, 2), [max_len, d_position]),
                 device,
             )),
             options: FusedEmbeddingOptions {

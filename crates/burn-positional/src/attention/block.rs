@@ -1,0 +1,371 @@
+//! [`SelfAttention`]: the block, its display and its forwards.
+
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
+use burn::nn::transformer::PositionWiseFeedForward;
+use burn::nn::{Dropout, LayerNorm, Linear};
+use burn::tensor::activation::softmax;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{Bool, Shape, Tensor};
+
+use super::kv_cache::BlockId;
+use super::mask::CausalMasks;
+use super::score_bias::cast;
+use super::{AttentionInput, AttentionOutput, KvCache, ScoreBias};
+use crate::Rope;
+
+/// A small self-attention block: multi-head attention and a feed-forward, each behind a
+/// pre-norm residual (as in GPT-2 and most models since).
+///
+/// ```text
+/// x = x + Attention(LayerNorm(x))
+/// x = x + FeedForward(LayerNorm(x))
+/// ```
+///
+/// Without positions and without a causal mask the block is permutation-equivariant:
+/// `Block(P x) = P Block(x)` for any permutation `P` of the sequence, because every part of it
+/// but attention acts on each token alone, and attention's output for a token is a weighted sum
+/// over *all* tokens whose weights depend only on the tokens' contents. Position has to come
+/// from somewhere else: the embedding (sinusoidal, learned), or the scores themselves.
+///
+/// Schemes that act on attention plug in through parameters: rotary positions on queries and
+/// keys ([`SelfAttentionConfig::rope`](crate::SelfAttentionConfig::rope)), a score bias the
+/// block owns ([`SelfAttentionConfig::score_bias`](crate::SelfAttentionConfig::score_bias):
+/// ALiBi, T5), or a score bias computed outside and passed
+/// to [`forward_weights`](SelfAttention::forward_weights) (one T5 table shared by every block).
+///
+/// # As models use it
+///
+/// - [`forward`](SelfAttention::forward) runs burn's fused
+///   [`attention`](burn::tensor::module::attention) (flash kernels on flex and the Cube backends)
+///   with the score bias and masks passed in; [`forward_weights`](SelfAttention::forward_weights) spells
+///   the scores out and returns the weights too, for pictures and probes. The two agree to float
+///   tolerance. On an autodiff device `forward` spells the scores out as well: burn 0.22.1 has no
+///   fused attention with a backward (its `attention` there is a fallback of separate ops, which
+///   measured slower in training), and dropout on the weights needs them.
+/// - Score biases and masks that depend only on shapes are built on the device and cached (see
+///   [`Alibi::bias`](crate::Alibi::bias), [`T5Bias::buckets`](crate::T5Bias::buckets)).
+/// - Padded keys are kept out of attention by a key padding mask ([`AttentionInput::key_padding`],
+///   [`padding_mask`](crate::padding_mask)), as burn's `MultiHeadAttention` does with `mask_pad`.
+/// - A causal block decodes token by token with a [`KvCache`]
+///   ([`forward_cache`](SelfAttention::forward_cache)): RoPE rotates at the cached length, ALiBi
+///   and T5 measure distances from it.
+///
+/// A causal mask breaks equivariance on its own: token `i` attends to tokens `0..=i`, so moving
+/// a token changes which tokens can see it. The mask is itself a (weak) source of position.
+///
+/// # Example
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional::{AttentionInput, SelfAttentionConfig};
+///
+/// let device = Device::flex();
+/// let block = SelfAttentionConfig::new(32, 4).init(&device);
+/// let x = Tensor::<3>::zeros([2, 5, 32], &device); // [batch, seq, d_model]
+/// assert_eq!(block.forward(x.clone()).dims(), [2, 5, 32]);
+/// let weights = block.forward_weights(AttentionInput::new(x)).weights;
+/// assert_eq!(weights.dims(), [2, 4, 5, 5]); // [batch, n_heads, seq, seq]
+/// ```
+#[derive(Module, Debug)]
+#[module(custom_display)]
+pub struct SelfAttention {
+    /// Norm before attention.
+    pub norm_attention: LayerNorm,
+    /// `d_model -> d_model` projections to queries, keys and values, and back.
+    pub query: Linear,
+    /// Key projection.
+    pub key: Linear,
+    /// Value projection.
+    pub value: Linear,
+    /// Output projection.
+    pub output: Linear,
+    /// Norm before the feed-forward.
+    pub norm_feed_forward: LayerNorm,
+    /// burn's `d_model -> d_ff -> d_model` feed-forward with a GELU.
+    pub feed_forward: PositionWiseFeedForward,
+    /// Dropout on weights and residual branches.
+    pub dropout: Dropout,
+    /// Number of heads.
+    pub n_heads: usize,
+    /// Whether later tokens are masked: the one place this is decided. The score biases follow
+    /// it (T5's buckets are asked for with it; ALiBi's bias is the same either way).
+    pub causal: bool,
+    /// Rotary positions on queries and keys.
+    pub rope: Option<Rope>,
+    /// The block's own score bias.
+    pub score_bias: Option<ScoreBias>,
+    /// This block's identity, which a [`KvCache`] is bound to.
+    #[module(skip)]
+    pub(super) id: BlockId,
+    /// Causal masks by shape (the spelled-out path), shared by clones.
+    #[module(skip)]
+    pub(super) causal_masks: CausalMasks,
+}
+
+impl ModuleDisplay for SelfAttention {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        let [d_model, _] = self.query.weight.shape().dims();
+        let position = match (&self.rope, &self.score_bias) {
+            (Some(_), _) => "rope",
+            (None, Some(ScoreBias::Alibi(_))) => "alibi",
+            (None, Some(ScoreBias::T5(_))) => "t5",
+            (None, None) => "none",
+        };
+        content
+            .add("d_model", &d_model)
+            .add("n_heads", &self.n_heads)
+            .add("causal", &self.causal)
+            .add("position", &position.to_string())
+            .optional()
+    }
+}
+
+/// What to compute besides the output.
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    /// burn's fused attention; no weights.
+    Fused,
+    /// Scores spelled out; weights returned.
+    Weights,
+}
+
+impl SelfAttention {
+    /// Width of the token vectors.
+    pub fn d_model(&self) -> usize {
+        self.query.weight.shape().dims::<2>()[0]
+    }
+
+    /// Applies the block with burn's fused attention.
+    ///
+    /// # Shapes
+    ///
+    /// - x: `[batch, seq, d_model]`
+    /// - output: `[batch, seq, d_model]` (empty when `batch` or `seq` is 0)
+    ///
+    /// # Panics
+    ///
+    /// If the last dimension of `x` is not `d_model`.
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        self.forward_input(AttentionInput::new(x))
+    }
+
+    /// Applies the block to `input` (tokens, key padding, an outside score bias) with burn's
+    /// fused attention. On an autodiff device the scores are spelled out instead: burn has no
+    /// fused attention with a backward, its fallback measured slower, and dropout on the
+    /// weights needs them.
+    ///
+    /// # Shapes
+    ///
+    /// See [`AttentionInput`]; output: `[batch, seq, d_model]`.
+    ///
+    /// # Panics
+    ///
+    /// If a shape does not fit: `x`'s width is not `d_model`, the padding mask is not
+    /// `[batch, seq]`, or the bias does not broadcast to `[batch, n_heads, seq, seq]`.
+    pub fn forward_input(&self, input: AttentionInput) -> Tensor<3> {
+        self.run(input, None, Path::Fused).0
+    }
+
+    /// [`forward_input`](Self::forward_input) with the scores spelled out, returning the
+    /// attention weights beside the output.
+    ///
+    /// # Shapes
+    ///
+    /// See [`AttentionInput`]; weights: `[batch, n_heads, seq, seq]`.
+    ///
+    /// # Panics
+    ///
+    /// As [`forward_input`](Self::forward_input).
+    pub fn forward_weights(&self, input: AttentionInput) -> AttentionOutput {
+        let (output, weights) = self.run(input, None, Path::Weights);
+        AttentionOutput {
+            output,
+            weights: weights.expect("the weights path returns weights"),
+        }
+    }
+
+    /// Applies the block to the next token(s) of sequences whose earlier tokens are in
+    /// `cache`, and appends the new keys and values to it. The new queries sit at positions
+    /// `cache.len()..`: RoPE rotates them there, ALiBi and T5 measure distances from there, and
+    /// a causal block lets each see every cached key and the new keys up to itself. Decoding a
+    /// sequence token by token this way gives the rows of the full causal forward.
+    ///
+    /// # Shapes
+    ///
+    /// - input.x: `[batch, seq_new, d_model]`; key padding, if any: `[batch, cache.len() + seq_new]`
+    /// - output: `[batch, seq_new, d_model]`
+    ///
+    /// # Panics
+    ///
+    /// As [`forward_input`](Self::forward_input), and if the cache was filled by another block or
+    /// holds another batch size (the cache is left untouched; see [`KvCache`]).
+    pub fn forward_cache(&self, input: AttentionInput, cache: &mut KvCache) -> Tensor<3> {
+        self.run(input, Some(cache), Path::Fused).0
+    }
+
+    fn run(
+        &self,
+        input: AttentionInput,
+        cache: Option<&mut KvCache>,
+        path: Path,
+    ) -> (Tensor<3>, Option<Tensor<4>>) {
+        let AttentionInput {
+            x,
+            key_padding,
+            score_bias,
+        } = input;
+        let [batch, seq, d_model] = x.dims();
+        assert_eq!(
+            d_model,
+            self.d_model(),
+            "the block takes tokens {} wide (d_model), got [batch {batch}, seq {seq}, {d_model}]. \
+             Fix: build the block with d_model = {d_model}, or project the input to {}",
+            self.d_model(),
+            self.d_model()
+        );
+        if let Some(cache) = &cache {
+            cache.check_owner(self.id, batch);
+        }
+        let offset = cache.as_ref().map_or(0, |cache| cache.len());
+        let seq_k = offset + seq;
+        if let Some(mask) = &key_padding {
+            assert_eq!(
+                mask.dims(),
+                [batch, seq_k],
+                "the key padding mask must be [batch {batch}, keys {seq_k}] (cached and new \
+                 keys), got {:?}. Fix: one flag per key, true at padding",
+                mask.dims()
+            );
+        }
+        if let Some(bias) = &score_bias {
+            let [b, h, sq, sk] = bias.dims();
+            assert!(
+                (b == 1 || b == batch) && (h == 1 || h == self.n_heads) && sq == seq && sk == seq_k,
+                "score bias of shape {:?} does not broadcast to the scores' [batch {batch}, n_heads \
+                 {}, seq {seq}, keys {seq_k}]",
+                [b, h, sq, sk],
+                self.n_heads
+            );
+        }
+        if batch == 0 || seq == 0 {
+            // Nothing to attend: the output is as empty as the input (and nothing is cached).
+            let weights = (path == Path::Weights).then(|| {
+                Tensor::zeros(
+                    Shape::new([batch, self.n_heads, seq, seq_k]),
+                    (&x.device(), x.dtype()),
+                )
+            });
+            return (x, weights);
+        }
+        let normed = self.norm_attention.forward(x.clone());
+        let (attended, weights) = self.attend(normed, cache, offset, key_padding, score_bias, path);
+        let x = x + self.dropout.forward(attended);
+        let fed = self
+            .feed_forward
+            .forward(self.norm_feed_forward.forward(x.clone()));
+        (x + self.dropout.forward(fed), weights)
+    }
+
+    /// Multi-head attention over already normalized tokens at positions `offset..`.
+    fn attend(
+        &self,
+        x: Tensor<3>,
+        cache: Option<&mut KvCache>,
+        offset: usize,
+        key_padding: Option<Tensor<2, Bool>>,
+        score_bias: Option<Tensor<4>>,
+        path: Path,
+    ) -> (Tensor<3>, Option<Tensor<4>>) {
+        let [batch, seq, d_model] = x.dims();
+        let (n_heads, d_head) = (self.n_heads, d_model / self.n_heads);
+        let seq_k = offset + seq;
+        let device = x.device();
+        // [batch, seq, d_model] -> [batch, n_heads, seq, d_head]
+        let split = |t: Tensor<3>| t.reshape([batch, seq, n_heads, d_head]).swap_dims(1, 2);
+        let mut q = split(self.query.forward(x.clone()));
+        let mut k = split(self.key.forward(x.clone()));
+        let mut v = split(self.value.forward(x));
+        if let Some(rope) = &self.rope {
+            (q, k) = (rope.apply(q, offset), rope.apply(k, offset));
+        }
+        if let Some(cache) = cache {
+            // Bound to this block and batch: checked in `run` before anything was touched.
+            if let (Some(past_k), Some(past_v)) = (cache.keys.take(), cache.values.take()) {
+                k = Tensor::cat(vec![past_k, k], 2);
+                v = Tensor::cat(vec![past_v, v], 2);
+            }
+            cache.keys = Some(k.clone());
+            cache.values = Some(v.clone());
+            cache.owner = Some((self.id, batch));
+        }
+        let dtype = q.dtype();
+        let own = self
+            .score_bias
+            .as_ref()
+            .map(|bias| bias.bias_as(offset, seq, seq_k, self.causal, dtype));
+        let bias = match (own, score_bias.map(|b| cast(b, dtype))) {
+            (Some(own), Some(given)) => Some(own + given),
+            (own, given) => own.or(given),
+        };
+        // [batch, seq_k] -> [batch, 1, seq, seq_k]: one mask for every head.
+        let padding = key_padding.map(|mask| {
+            mask.reshape([batch, 1, 1, seq_k])
+                .expand([batch, n_heads, seq, seq_k])
+        });
+        // On an autodiff device burn 0.22.1 has no fused attention: its `attention` is the
+        // fallback spelled out in separate ops with two extra clamps, which measured slower
+        // in forward plus backward than the scores spelled out here (see docs/performance.md).
+        let use_weights = path == Path::Weights || device.is_autodiff();
+        if !use_weights {
+            let context = attention(
+                q,
+                k,
+                v,
+                padding,
+                // Passed as it is, `[1 or batch, 1 or n_heads, ..]`: flex steps over the
+                // broadcast dimensions without copying, the other backends add with broadcasting.
+                // Expanding it here would make flex materialize `batch` copies per call.
+                bias,
+                AttentionModuleOptions {
+                    is_causal: self.causal,
+                    ..Default::default()
+                },
+            );
+            let merged = context.swap_dims(1, 2).reshape([batch, seq, d_model]);
+            return (self.output.forward(merged), None);
+        }
+        let mut scores = q
+            .matmul(k.swap_dims(2, 3))
+            .div_scalar((d_head as f64).sqrt()); // [batch, n_heads, seq, seq_k]
+        if let Some(bias) = bias {
+            scores = scores + bias;
+        }
+        if self.causal {
+            // true where the key comes after the query: query i (at offset + i) sees keys 0..=offset + i.
+            let later = self.causal_masks.get(&device, offset, seq, seq_k);
+            scores = scores.mask_fill(
+                later.unsqueeze::<4>().expand([batch, n_heads, seq, seq_k]),
+                f32::NEG_INFINITY,
+            );
+        }
+        let padded = padding.is_some();
+        if let Some(padding) = padding {
+            scores = scores.mask_fill(padding, f32::NEG_INFINITY);
+        }
+        let mut weights = softmax(scores, 3);
+        if padded {
+            // A query whose keys are all padding: zero attention, as burn's fused attention.
+            weights = weights.clone().mask_fill(weights.is_nan(), 0.0);
+        }
+        let context = self.dropout.forward(weights.clone()).matmul(v); // [batch, n_heads, seq, d_head]
+        let merged = context.swap_dims(1, 2).reshape([batch, seq, d_model]);
+        (self.output.forward(merged), Some(weights))
+    }
+}

@@ -1,0 +1,70 @@
+//! What a block takes and gives: [`AttentionInput`], [`AttentionOutput`] and [`padding_mask`].
+
+use burn::tensor::{Bool, Int, Tensor};
+
+/// The block's output and the attention weights that produced it.
+#[derive(Debug, Clone)]
+pub struct AttentionOutput {
+    /// `[batch, seq, d_model]`.
+    pub output: Tensor<3>,
+    /// `[batch, n_heads, seq, seq_k]`: row `i` is how token `i` spreads its attention
+    /// (`seq_k = seq` without a cache).
+    pub weights: Tensor<4>,
+}
+
+/// What a block attends over: the tokens, and optionally a key padding mask and a score bias
+/// computed outside (one T5 table shared by every block), as burn's `MhaInput` carries `mask_pad`.
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional::{AttentionInput, SelfAttentionConfig, padding_mask};
+///
+/// let device = Device::flex();
+/// let block = SelfAttentionConfig::new(32, 4).init(&device);
+/// let ids = Tensor::<2, Int>::from_data([[0, 0, 7, 8], [5, 6, 7, 8]], &device); // 0 pads
+/// let x = Tensor::<3>::ones([2, 4, 32], &device);
+/// let input = AttentionInput::new(x).key_padding(padding_mask(ids, 0));
+/// assert_eq!(block.forward_input(input).dims(), [2, 4, 32]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct AttentionInput {
+    /// `[batch, seq, d_model]`.
+    pub x: Tensor<3>,
+    /// `[batch, seq_k]`, true where the key is padding (`seq_k` counts cached keys too).
+    pub key_padding: Option<Tensor<2, Bool>>,
+    /// `[batch or 1, n_heads or 1, seq, seq_k]`, added to the scores beside the block's own.
+    pub score_bias: Option<Tensor<4>>,
+}
+
+impl AttentionInput {
+    /// Tokens alone.
+    pub fn new(x: Tensor<3>) -> Self {
+        Self {
+            x,
+            key_padding: None,
+            score_bias: None,
+        }
+    }
+
+    /// Keeps padded keys out of attention: `mask` is `[batch, seq_k]`, true at padding (see
+    /// [`padding_mask`]). A query whose keys are all padding gets zero attention.
+    pub fn key_padding(mut self, mask: Tensor<2, Bool>) -> Self {
+        self.key_padding = Some(mask);
+        self
+    }
+
+    /// Adds `bias` (`[batch or 1, n_heads or 1, seq, seq_k]`) to the scores.
+    pub fn score_bias(mut self, bias: Tensor<4>) -> Self {
+        self.score_bias = Some(bias);
+        self
+    }
+}
+
+/// The key padding mask of token ids: true where the id is `padding_idx`. No read.
+///
+/// # Shapes
+///
+/// - ids: `[batch, seq]`; output: `[batch, seq]`
+pub fn padding_mask(ids: Tensor<2, Int>, padding_idx: usize) -> Tensor<2, Bool> {
+    ids.equal_elem(padding_idx as i64)
+}

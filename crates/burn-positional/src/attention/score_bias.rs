@@ -1,0 +1,93 @@
+//! The score biases a block can own: [`ScoreBiasConfig`] (ALiBi or T5) and [`ScoreBias`].
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{DType, Device, Tensor};
+
+use crate::{Alibi, AlibiConfig, PositionError, T5Bias, T5BiasConfig};
+
+/// A score bias a block owns.
+#[derive(Config, Debug, PartialEq)]
+pub enum ScoreBiasConfig {
+    /// ALiBi (Press et al. 2022).
+    Alibi(AlibiConfig),
+    /// T5's relative buckets (Raffel et al. 2020).
+    T5(T5BiasConfig),
+}
+
+/// An initialized [`ScoreBiasConfig`].
+// One per model, matched on every forward: boxing the large variant buys nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Module, Debug)]
+pub enum ScoreBias {
+    /// See [`Alibi`].
+    Alibi(Alibi),
+    /// See [`T5Bias`].
+    T5(T5Bias),
+}
+
+impl ScoreBiasConfig {
+    /// Number of heads the bias is built for.
+    pub fn n_heads(&self) -> usize {
+        match self {
+            Self::Alibi(config) => config.n_heads,
+            Self::T5(config) => config.n_heads,
+        }
+    }
+
+    /// Checks the bias's own config.
+    pub fn validate(&self) -> Result<(), PositionError> {
+        match self {
+            Self::Alibi(config) => config.validate(),
+            Self::T5(config) => config.validate(),
+        }
+    }
+
+    /// Builds the bias.
+    ///
+    /// # Panics
+    ///
+    /// If [`validate`](Self::validate) fails.
+    pub fn init(&self, device: &Device) -> ScoreBias {
+        match self {
+            Self::Alibi(config) => ScoreBias::Alibi(config.init(device)),
+            Self::T5(config) => ScoreBias::T5(config.init(device)),
+        }
+    }
+}
+
+impl ScoreBias {
+    /// The bias for queries at `offset..offset + seq_q` and keys at `0..seq_k`, built on the
+    /// device and cached by shape (see [`Alibi::bias`], [`T5Bias::bias`]), for the blocks it is
+    /// passed to: `causal` is their [`causal`](crate::SelfAttention::causal) flag (T5's buckets
+    /// depend on it; ALiBi's bias is the same either way, the block's mask does the masking).
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[1, n_heads, seq_q, seq_k]`
+    pub fn bias(&self, offset: usize, seq_q: usize, seq_k: usize, causal: bool) -> Tensor<4> {
+        match self {
+            Self::Alibi(alibi) => alibi.bias(offset, seq_q, seq_k),
+            Self::T5(t5) => t5.bias(offset, seq_q, seq_k, causal),
+        }
+    }
+
+    /// [`bias`](Self::bias) in `dtype`.
+    pub(super) fn bias_as(
+        &self,
+        offset: usize,
+        seq_q: usize,
+        seq_k: usize,
+        causal: bool,
+        dtype: DType,
+    ) -> Tensor<4> {
+        match self {
+            Self::Alibi(alibi) => alibi.bias_as(offset, seq_q, seq_k, dtype),
+            Self::T5(t5) => cast(t5.bias(offset, seq_q, seq_k, causal), dtype),
+        }
+    }
+}
+
+pub(super) fn cast(x: Tensor<4>, dtype: DType) -> Tensor<4> {
+    if x.dtype() == dtype { x } else { x.cast(dtype) }
+}

@@ -1,0 +1,555 @@
+//! Rotary position embedding, from [RoFormer](https://arxiv.org/abs/2104.09864) (Su et al.
+//! 2021): queries and keys are rotated pair by pair by an angle proportional to their position,
+//! so `q_i · k_j` depends on `i - j` only.
+//!
+//! ```text
+//! angle(p, j) = p * base^(-2j / rotary_dims)        for pair j in 0..rotary_dims / 2
+//! (a, b) -> (a cos - b sin, a sin + b cos)
+//! ```
+//!
+//! Two checkpoint layouts pair the dimensions differently; pick the one your weights use:
+//!
+//! | [`RopeLayout`] | pairs | used by |
+//! | --- | --- | --- |
+//! | `Interleaved` | `(x[2j], x[2j+1])` | GPT-J, Meta's LLaMA code, burn's `RotaryEncoding` |
+//! | `HalfSplit` | `(x[j], x[j + rotary_dims/2])` | GPT-NeoX, Hugging Face's `rotate_half` |
+//!
+//! Partial rotation (`rotary_dims < d_head`, as in GPT-J and GPT-NeoX) rotates the first
+//! `rotary_dims` dimensions of each head and passes the rest through. Angles are computed in
+//! f64 and rounded once, so there is no length limit and far positions stay accurate.
+//!
+//! [`RopeScaling`] stretches a model trained on short sequences to longer ones without
+//! training: position interpolation (Chen et al. 2023) or NTK-aware base scaling (bloc97
+//! 2023). The tables are constants, so a trained model takes it at test time through
+//! [`Rope::rescaled`].
+
+use burn::config::Config;
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
+use burn::tensor::{Device, Tensor, TensorData};
+
+use crate::PositionError;
+use crate::cache::{DeviceKey, Grown};
+use crate::limits::{GROWN_TABLE_VALUES, table_fits};
+
+/// Which dimensions form a rotated pair.
+#[derive(Config, Debug, PartialEq, Copy)]
+pub enum RopeLayout {
+    /// `(x[2j], x[2j+1])`: GPT-J, Meta's LLaMA code, burn's `RotaryEncoding`.
+    Interleaved,
+    /// `(x[j], x[j + rotary_dims/2])`: GPT-NeoX, Hugging Face's `rotate_half`.
+    HalfSplit,
+}
+
+/// Context extension: how the angles of a model trained on sequences up to some length are
+/// stretched to `factor` times that length, at test time, without training.
+///
+/// ```text
+/// None                 angle(p, j) = p * base^(-2j / d)
+/// Interpolation(s)     angle(p, j) = (p / s) * base^(-2j / d)            (Chen et al. 2023)
+/// NtkAware(s)          angle(p, j) = p * (base * s^(d / (d - 2)))^(-2j / d)   (bloc97 2023)
+/// ```
+///
+/// with `d = rotary_dims`. Interpolation squeezes every position into the trained range (so
+/// neighbours move closer: the highest frequency turns `s` times slower). NTK-aware scaling
+/// raises the base so that the lowest frequency turns `s` times slower and the highest not at
+/// all: near positions keep their trained angles, far ones are interpolated.
+#[derive(Config, Debug, PartialEq, Copy)]
+pub enum RopeScaling {
+    /// The angles as trained.
+    None,
+    /// Position interpolation by this factor (at least 1).
+    Interpolation(f64),
+    /// NTK-aware base scaling by this factor (at least 1; needs `rotary_dims > 2`).
+    NtkAware(f64),
+}
+
+impl RopeScaling {
+    /// The factor, 1 for `None`.
+    pub fn factor(&self) -> f64 {
+        match *self {
+            Self::None => 1.0,
+            Self::Interpolation(s) | Self::NtkAware(s) => s,
+        }
+    }
+
+    /// `(base, position step)` the angles are computed with: `angle(p, j) = (p * step) *
+    /// base^(-2j / rotary_dims)`.
+    pub fn effective(&self, base: f64, rotary_dims: usize) -> (f64, f64) {
+        match *self {
+            Self::None => (base, 1.0),
+            Self::Interpolation(s) => (base, 1.0 / s),
+            Self::NtkAware(s) => {
+                let d = rotary_dims as f64;
+                (base * s.powf(d / (d - 2.0)), 1.0)
+            }
+        }
+    }
+
+    fn validate(&self, rotary_dims: usize) -> Result<(), PositionError> {
+        let factor = self.factor();
+        if !(factor.is_finite() && factor >= 1.0) {
+            return Err(PositionError::InvalidConfig {
+                field: "RopeConfig::scaling",
+                value: format!("{self:?}"),
+                rule: "a context-extension factor is a finite number of at least 1 (the test \
+                       length over the trained length)",
+                fix: "use RopeScaling::None for the trained length, or a factor such as 2.0 \
+                      for twice it"
+                    .into(),
+            });
+        }
+        if matches!(self, Self::NtkAware(_)) && rotary_dims <= 2 {
+            return Err(PositionError::InvalidConfig {
+                field: "RopeConfig::scaling",
+                value: format!("{self:?} with rotary_dims = {rotary_dims}"),
+                rule: "NTK-aware scaling raises the base to the power rotary_dims / \
+                       (rotary_dims - 2), which needs more than 2 rotated dimensions",
+                fix: "rotate at least 4 dimensions, or use RopeScaling::Interpolation".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Configuration of [`Rope`].
+#[derive(Config, Debug, PartialEq)]
+pub struct RopeConfig {
+    /// Width of one attention head.
+    pub d_head: usize,
+    /// Wavelength base (10 000 in the paper; LLaMA 3 uses 500 000).
+    #[config(default = "10_000.0")]
+    pub base: f64,
+    /// Rotate only the first `rotary_dims` dimensions of each head; all of them when `None`.
+    #[config(default = "None")]
+    pub rotary_dims: Option<usize>,
+    /// The checkpoint layout. Interleaved by default, as in the paper.
+    #[config(default = "RopeLayout::Interleaved")]
+    pub layout: RopeLayout,
+    /// Positions whose angles are precomputed; past it they are computed per call (no limit).
+    #[config(default = "4096")]
+    pub cache_len: usize,
+    /// Context extension applied to the angles. None by default.
+    #[config(default = "RopeScaling::None")]
+    pub scaling: RopeScaling,
+}
+
+/// Rotary position embedding for queries and keys. Built by [`RopeConfig::init`]; constant.
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional::{RopeConfig, RopeLayout};
+///
+/// let device = Device::flex();
+/// let rope = RopeConfig::new(16).with_layout(RopeLayout::HalfSplit).init(&device);
+/// let q = Tensor::<4>::ones([2, 4, 10, 16], &device); // [batch, n_heads, seq, d_head]
+/// assert_eq!(rope.apply(q, 100_000).dims(), [2, 4, 10, 16]);
+/// ```
+#[derive(Module, Debug)]
+#[module(custom_display)]
+pub struct Rope {
+    /// `[cache_len, rotary_dims / 2]` cosines of the angles.
+    pub cos: Tensor<2>,
+    /// `[cache_len, rotary_dims / 2]` sines of the angles.
+    pub sin: Tensor<2>,
+    /// Width of one head.
+    pub d_head: usize,
+    /// Dimensions rotated.
+    pub rotary_dims: usize,
+    /// Wavelength base.
+    pub base: f64,
+    /// Pairing of dimensions.
+    #[module(skip)]
+    pub layout: RopeLayout,
+    /// Context extension applied to the angles.
+    #[module(skip)]
+    pub scaling: RopeScaling,
+    /// Angles past `cache_len`, grown on demand and shared by clones.
+    #[module(skip)]
+    grown: GrownAngles,
+}
+
+impl ModuleDisplay for Rope {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        let [cache_len, _] = self.cos.dims();
+        content
+            .add("d_head", &self.d_head)
+            .add("rotary_dims", &self.rotary_dims)
+            .add("base", &self.base)
+            .add("layout", &format!("{:?}", self.layout))
+            .add("scaling", &format!("{:?}", self.scaling))
+            .add("cache_len", &cache_len)
+            .optional()
+    }
+}
+
+/// Angle tables longer than the precomputed ones: `(cos, sin)`, each `[rows, rotary_dims / 2]`.
+/// Grown by doubling when a sequence walks past them (cached decoding), so the host computes
+/// each row once, not once per step; never past [`GROWN_TABLE_VALUES`] values.
+type GrownAngles = Grown<(Tensor<2>, Tensor<2>)>;
+
+/// `cos` and `sin` of `p * step * base'^(-2j / rotary_dims)`, row-major
+/// `[positions, rotary_dims / 2]`, evaluated in f64 and rounded once to f32, where `base'` and
+/// `step` are the context extension's (see [`RopeScaling::effective`]).
+fn scaled_angles(
+    positions: std::ops::Range<u64>,
+    rotary_dims: usize,
+    base: f64,
+    scaling: RopeScaling,
+) -> (Vec<f32>, Vec<f32>) {
+    let (base, step) = scaling.effective(base, rotary_dims);
+    // The sinusoidal frequencies base^(-2j/rotary_dims): RoPE rotates by the same angles.
+    let frequencies = crate::sinusoid_frequencies(rotary_dims, base);
+    let (mut cos, mut sin) = (Vec::new(), Vec::new());
+    for p in positions {
+        for &w in &frequencies {
+            let (s, c) = (p as f64 * step * w).sin_cos();
+            cos.push(c as f32);
+            sin.push(s as f32);
+        }
+    }
+    (cos, sin)
+}
+
+impl RopeConfig {
+    /// Checks the config: the rotated width must be even, positive and at most `d_head`, and a
+    /// context-extension factor at least 1.
+    pub fn validate(&self) -> Result<(), PositionError> {
+        let rotary_dims = self.rotary_dims.unwrap_or(self.d_head);
+        if rotary_dims % 2 == 1 {
+            return Err(PositionError::odd("rotary_dims", rotary_dims));
+        }
+        if rotary_dims == 0 || rotary_dims > self.d_head {
+            return Err(PositionError::InvalidConfig {
+                field: "RopeConfig::rotary_dims",
+                value: rotary_dims.to_string(),
+                rule: "rotary dimensions must lie in 1..=d_head",
+                fix: format!(
+                    "choose an even number of dimensions up to d_head = {}",
+                    self.d_head
+                ),
+            });
+        }
+        table_fits("RopeConfig::cache_len", self.cache_len, rotary_dims, || {
+            "lower it to the longest context the model serves".into()
+        })?;
+        self.scaling.validate(rotary_dims)
+    }
+
+    /// Builds the angle tables.
+    ///
+    /// # Panics
+    ///
+    /// If the rotated width is odd, zero or wider than `d_head`, or the scaling factor is below
+    /// 1 or not finite.
+    pub fn init(&self, device: &Device) -> Rope {
+        if let Err(err) = self.validate() {
+            panic!("{err}");
+        }
+        let rotary_dims = self.rotary_dims.unwrap_or(self.d_head);
+        let (cos, sin) = scaled_angles(
+            0..self.cache_len as u64,
+            rotary_dims,
+            self.base,
+            self.scaling,
+        );
+        let shape = [self.cache_len, rotary_dims / 2];
+        Rope {
+            cos: Tensor::from_data(TensorData::new(cos, shape), device),
+            sin: Tensor::from_data(TensorData::new(sin, shape), device),
+            d_head: self.d_head,
+            rotary_dims,
+            base: self.base,
+            layout: self.layout,
+            scaling: self.scaling,
+            grown: Grown::default(),
+        }
+    }
+}
+
+impl Rope {
+    /// The config this rope was built from.
+    pub fn config(&self) -> RopeConfig {
+        RopeConfig {
+            d_head: self.d_head,
+            base: self.base,
+            rotary_dims: Some(self.rotary_dims),
+            layout: self.layout,
+            cache_len: self.cos.dims()[0],
+            scaling: self.scaling,
+        }
+    }
+
+    /// This rope with another context extension, its tables rebuilt on the same device: the
+    /// test-time knob for a trained model (the tables are constants, nothing trained is lost).
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::{RopeConfig, RopeScaling};
+    ///
+    /// let device = Device::flex();
+    /// let trained = RopeConfig::new(16).init(&device);
+    /// let stretched = trained.rescaled(RopeScaling::Interpolation(2.0));
+    /// let q = Tensor::<4>::ones([1, 2, 8, 16], &device); // [batch, n_heads, seq, d_head]
+    /// // Position 6 under interpolation by 2 is rotated as position 3 was.
+    /// let a = stretched.apply(q.clone(), 6).slice([0..1, 0..2, 0..1, 0..16]);
+    /// let b = trained.apply(q, 3).slice([0..1, 0..2, 0..1, 0..16]);
+    /// assert!(a.all_close(b, None, Some(1e-6)));
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`RopeConfig::init`], for a factor below 1 or not finite.
+    pub fn rescaled(&self, scaling: RopeScaling) -> Rope {
+        self.config().with_scaling(scaling).init(&self.cos.device())
+    }
+
+    /// `cos` and `sin` for positions `offset..offset + seq`, each `[seq, rotary_dims / 2]`.
+    ///
+    /// Within `cache_len`: slices of the precomputed tables. Past it, from a grown table when
+    /// the sequence walks on from what is there (doubled, so decoding token by token computes
+    /// each row once); a far jump is computed for its window alone.
+    fn angles(&self, offset: usize, seq: usize) -> (Tensor<2>, Tensor<2>) {
+        let [cache_len, half] = self.cos.dims();
+        let end = offset.checked_add(seq).unwrap_or_else(|| {
+            panic!(
+                "rope: positions {offset}..{offset} + {seq} pass usize::MAX. Fix: restart \
+                 positions from 0 (a window of the sequence)"
+            )
+        });
+        let rows = [offset..end, 0..half];
+        if end <= cache_len {
+            return (
+                self.cos.clone().slice(rows.clone()),
+                self.sin.clone().slice(rows),
+            );
+        }
+        let device = self.cos.device();
+        let upload = |range: std::ops::Range<usize>| {
+            let (cos, sin) = scaled_angles(
+                range.start as u64..range.end as u64,
+                self.rotary_dims,
+                self.base,
+                self.scaling,
+            );
+            let shape = [range.len(), half];
+            (
+                Tensor::<2>::from_data(TensorData::new(cos, shape), &device),
+                Tensor::<2>::from_data(TensorData::new(sin, shape), &device),
+            )
+        };
+        let key = DeviceKey::new(&device, self.cos.dtype());
+        // Grown tables stop at GROWN_TABLE_VALUES values (both tables together): past that,
+        // each call computes its own window, which costs `seq` rows, not the whole prefix.
+        let max_rows = (GROWN_TABLE_VALUES / (2 * half.max(1))).max(cache_len);
+        let window = self.grown.with(&key, |grown| {
+            let current = grown.as_ref().map_or(cache_len, |(cos, _)| cos.dims()[0]);
+            if end > current {
+                let doubled = 2 * current.max(1);
+                if end > doubled || doubled > max_rows {
+                    // A jump far past the tables, or a table that would pass its ceiling.
+                    return None;
+                }
+                *grown = Some(upload(0..doubled));
+            }
+            grown.as_ref().map(|(cos, sin)| {
+                (
+                    cos.clone().slice(rows.clone()),
+                    sin.clone().slice(rows.clone()),
+                )
+            })
+        });
+        window.unwrap_or_else(|| upload(offset..end))
+    }
+
+    /// Rotates queries or keys whose first token sits at position `offset`.
+    ///
+    /// # Shapes
+    ///
+    /// - x: `[batch, n_heads, seq, d_head]`
+    /// - output: `[batch, n_heads, seq, d_head]`
+    ///
+    /// # Panics
+    ///
+    /// If the last dimension of `x` is not `d_head`.
+    pub fn apply(&self, x: Tensor<4>, offset: usize) -> Tensor<4> {
+        let [batch, n_heads, seq, d_head] = x.dims();
+        assert_eq!(
+            d_head, self.d_head,
+            "rope built for d_head {} got heads {d_head} wide",
+            self.d_head
+        );
+        let (rot, half) = (self.rotary_dims, self.rotary_dims / 2);
+        let (cos, sin) = self.angles(offset, seq);
+        // The tables are f32; rotate in the dtype of x (f16, bf16 models).
+        let (cos, sin) = if cos.dtype() == x.dtype() {
+            (cos, sin)
+        } else {
+            (cos.cast(x.dtype()), sin.cast(x.dtype()))
+        };
+        // [seq, half] -> [1, 1, seq, half], broadcast over batch and heads.
+        let (cos, sin) = (cos.unsqueeze::<4>(), sin.unsqueeze::<4>());
+        let rotated = x.clone().slice([0..batch, 0..n_heads, 0..seq, 0..rot]);
+        let out = match self.layout {
+            RopeLayout::Interleaved => {
+                // [.., rot] -> [.., half, 2]: a = even dims, b = odd dims.
+                let pairs = rotated.reshape([batch, n_heads, seq, half, 2]);
+                let a = pairs
+                    .clone()
+                    .slice([0..batch, 0..n_heads, 0..seq, 0..half, 0..1])
+                    .squeeze_dim::<4>(4);
+                let b = pairs
+                    .slice([0..batch, 0..n_heads, 0..seq, 0..half, 1..2])
+                    .squeeze_dim::<4>(4);
+                let ra = a.clone() * cos.clone() - b.clone() * sin.clone();
+                let rb = a * sin + b * cos;
+                Tensor::stack::<5>(vec![ra, rb], 4).reshape([batch, n_heads, seq, rot])
+            }
+            RopeLayout::HalfSplit => {
+                let a = rotated
+                    .clone()
+                    .slice([0..batch, 0..n_heads, 0..seq, 0..half]);
+                let b = rotated.slice([0..batch, 0..n_heads, 0..seq, half..rot]);
+                let ra = a.clone() * cos.clone() - b.clone() * sin.clone();
+                let rb = a * sin + b * cos;
+                Tensor::cat(vec![ra, rb], 3)
+            }
+        };
+        if rot == d_head {
+            return out;
+        }
+        let pass = x.slice([0..batch, 0..n_heads, 0..seq, rot..d_head]);
+        Tensor::cat(vec![out, pass], 3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    /// Positions at the end of `usize` are a panic naming the positions and the fix, not an
+    /// arithmetic overflow inside the angle lookup (issue 24).
+    #[test]
+    fn positions_past_usize_max_name_the_fix() {
+        let device = Device::flex();
+        let rope = RopeConfig::new(4).with_cache_len(8).init(&device);
+        let q = Tensor::<4>::ones([1, 1, 4, 4], &device);
+        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rope.apply(q, usize::MAX - 1)
+        }))
+        .expect_err("past usize::MAX");
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            message.contains("usize::MAX") && message.contains("Fix"),
+            "{message}"
+        );
+    }
+
+    use super::*;
+
+    /// `(cos, sin)` of the angle of pair `j` at position `p`, straight from the papers' formulas
+    /// in f64: Chen et al. 2023 (eq. 4) divide the position by the factor; bloc97's NTK-aware
+    /// scaling multiplies the base by `s^(d / (d - 2))`.
+    fn reference(p: f64, j: usize, d: usize, base: f64, scaling: RopeScaling) -> (f64, f64) {
+        let (p, base) = match scaling {
+            RopeScaling::None => (p, base),
+            RopeScaling::Interpolation(s) => (p / s, base),
+            RopeScaling::NtkAware(s) => (p, base * s.powf(d as f64 / (d as f64 - 2.0))),
+        };
+        let angle = p / base.powf(2.0 * j as f64 / d as f64);
+        (angle.cos(), angle.sin())
+    }
+
+    #[test]
+    fn scaled_angles_follow_the_papers_formulas() {
+        let d = 8;
+        for scaling in [
+            RopeScaling::None,
+            RopeScaling::Interpolation(2.0),
+            RopeScaling::Interpolation(3.5),
+            RopeScaling::NtkAware(2.0),
+            RopeScaling::NtkAware(4.0),
+        ] {
+            let (cos, sin) = scaled_angles(0..50, d, 10_000.0, scaling);
+            for p in 0..50 {
+                for j in 0..d / 2 {
+                    let (c, s) = reference(p as f64, j, d, 10_000.0, scaling);
+                    let i = p * d / 2 + j;
+                    assert!((cos[i] as f64 - c).abs() < 1e-6, "{scaling:?} p {p} j {j}");
+                    assert!((sin[i] as f64 - s).abs() < 1e-6, "{scaling:?} p {p} j {j}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ntk_scaling_slows_the_lowest_frequency_by_the_factor_and_keeps_the_highest() {
+        let (d, base, s) = (16, 10_000.0, 3.0);
+        let plain = crate::sinusoid_frequencies(d, base);
+        let (ntk_base, step) = RopeScaling::NtkAware(s).effective(base, d);
+        assert_eq!(step, 1.0);
+        let ntk = crate::sinusoid_frequencies(d, ntk_base);
+        assert!((ntk[0] - plain[0]).abs() < 1e-12, "highest frequency kept");
+        let last = d / 2 - 1;
+        assert!(
+            (plain[last] / ntk[last] - s).abs() < 1e-9,
+            "lowest slowed by s"
+        );
+        // Interpolation slows every frequency by s.
+        let (pi_base, step) = RopeScaling::Interpolation(s).effective(base, d);
+        assert_eq!((pi_base, step), (base, 1.0 / s));
+    }
+
+    #[test]
+    fn bad_factors_are_refused_with_the_fix() {
+        for scaling in [
+            RopeScaling::Interpolation(0.5),
+            RopeScaling::NtkAware(f64::NAN),
+            RopeScaling::Interpolation(f64::INFINITY),
+        ] {
+            let err = RopeConfig::new(8)
+                .with_scaling(scaling)
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("RopeConfig::scaling") && err.contains("factor"),
+                "{err}"
+            );
+        }
+        let err = RopeConfig::new(2)
+            .with_scaling(RopeScaling::NtkAware(2.0))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rotary_dims = 2"), "{err}");
+        RopeConfig::new(8)
+            .with_scaling(RopeScaling::NtkAware(1.0))
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn rescaling_keeps_the_config_and_the_tables_past_the_cache() {
+        let device = Device::flex();
+        let rope = RopeConfig::new(8).with_cache_len(4).init(&device);
+        let stretched = rope.rescaled(RopeScaling::Interpolation(2.0));
+        assert_eq!(
+            stretched.config(),
+            rope.config().with_scaling(RopeScaling::Interpolation(2.0))
+        );
+        // Past the precomputed 4 rows the grown tables are scaled too: position 10 at factor 2
+        // is position 5 unscaled.
+        let q = Tensor::<4>::ones([1, 1, 1, 8], &device);
+        let a = stretched.apply(q.clone(), 10);
+        let b = rope.apply(q, 5);
+        assert!(a.all_close(b, None, Some(1e-6)));
+    }
+}

@@ -1,0 +1,180 @@
+//! The absolute family of position schemes: what [`EmbeddingWithPosition`](crate::EmbeddingWithPosition)
+//! adds to (or concatenates with) the token vectors.
+//!
+//! | scheme | paper | table | past its range |
+//! | --- | --- | --- | --- |
+//! | [`None`](PositionSchemeConfig::None) | — | — | nothing to run out of |
+//! | [`Sinusoidal`](PositionSchemeConfig::Sinusoidal) | Vaswani et al. 2017 | computed | up to a bounded `max_len`, f64-accurate; past it a clear error |
+//! | [`Learned`](PositionSchemeConfig::Learned) | BERT, GPT | trained `[max_len, d]` | a clear error |
+//!
+//! Schemes that act on attention rather than on the embedding (rotary, score biases) live with
+//! the attention block; for them the embedding's scheme is `None`.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{Device, Int, Tensor};
+
+use crate::{LearnedConfig, LearnedPosition, PositionError, SinusoidalConfig, SinusoidalPosition};
+
+pub use burn_positional_kernels::Positions;
+
+/// Which absolute position scheme an embedding uses.
+#[derive(Config, Debug, PartialEq)]
+pub enum PositionSchemeConfig {
+    /// No absolute position: the output is the token vectors alone. The choice for models
+    /// whose positions live in attention (rotary, ALiBi, T5 biases), and for showing what
+    /// attention does without positions.
+    None,
+    /// Fixed sines and cosines (Vaswani et al. 2017).
+    Sinusoidal(SinusoidalConfig),
+    /// A trained table (BERT, GPT).
+    Learned(LearnedConfig),
+}
+
+impl From<SinusoidalConfig> for PositionSchemeConfig {
+    fn from(config: SinusoidalConfig) -> Self {
+        Self::Sinusoidal(config)
+    }
+}
+
+impl From<LearnedConfig> for PositionSchemeConfig {
+    fn from(config: LearnedConfig) -> Self {
+        Self::Learned(config)
+    }
+}
+
+impl PositionSchemeConfig {
+    /// Checks the scheme for a position part `d_position` wide.
+    pub fn validate(&self, d_position: usize) -> Result<(), PositionError> {
+        match self {
+            Self::None => Ok(()),
+            Self::Sinusoidal(config) => config.validate(d_position),
+            Self::Learned(config) => config.validate(d_position),
+        }
+    }
+
+    /// Builds the scheme with `d_position` columns.
+    ///
+    /// # Panics
+    ///
+    /// If [`validate`](Self::validate) fails.
+    pub fn init(&self, d_position: usize, device: &Device) -> AbsolutePosition {
+        match self {
+            Self::None => AbsolutePosition::None(NoPosition {}),
+            Self::Sinusoidal(config) => {
+                AbsolutePosition::Sinusoidal(config.init(d_position, device))
+            }
+            Self::Learned(config) => AbsolutePosition::Learned(config.init(d_position, device)),
+        }
+    }
+}
+
+/// The `None` scheme: no vectors, no parameters.
+#[derive(Module, Debug, Default)]
+pub struct NoPosition {}
+
+/// An initialized absolute scheme, one signature for all of them: rows by offset, or rows at
+/// explicit positions.
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional::{LearnedConfig, PositionSchemeConfig, SinusoidalConfig};
+///
+/// let device = Device::flex();
+/// for scheme in [SinusoidalConfig::new().into(), LearnedConfig::new(64).into()] {
+///     let position = PositionSchemeConfig::init(&scheme, 16, &device);
+///     assert_eq!(position.rows(8, 4).unwrap().dims(), [4, 16]);
+/// }
+/// assert!(PositionSchemeConfig::None.init(16, &device).rows(0, 4).is_none());
+/// ```
+// One per model, matched on every forward: boxing the large variant buys nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Module, Debug)]
+pub enum AbsolutePosition {
+    /// No position vectors.
+    None(NoPosition),
+    /// See [`SinusoidalPosition`].
+    Sinusoidal(SinusoidalPosition),
+    /// See [`LearnedPosition`].
+    Learned(LearnedPosition),
+}
+
+impl AbsolutePosition {
+    /// Refuses positions the scheme has no vector for. `max_position` is the largest one asked.
+    pub fn check(&self, max_position: i64) -> Result<(), PositionError> {
+        match self {
+            Self::Learned(table) => table.check(max_position),
+            Self::Sinusoidal(table) => table.check(max_position),
+            Self::None(_) => Ok(()),
+        }
+    }
+
+    /// Refuses the window `offset..offset + seq` if the scheme has no vector for part of it,
+    /// with no read and no allocation: the error names the first position without a vector and
+    /// the limit that would hold the whole window (`offset + seq`).
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::{LearnedConfig, PositionError, PositionSchemeConfig};
+    ///
+    /// let device = Device::flex();
+    /// let learned = PositionSchemeConfig::from(LearnedConfig::new(32)).init(8, &device);
+    /// let err = learned.check_window(30, 8).unwrap_err();
+    /// assert_eq!(
+    ///     err,
+    ///     PositionError::PositionPastTable { position: 32, at: None, max_len: 32, needed: 38 }
+    /// );
+    /// ```
+    pub fn check_window(&self, offset: usize, seq: usize) -> Result<(), PositionError> {
+        let limit = match self {
+            Self::None(_) => return Ok(()),
+            Self::Learned(table) => table.max_len(),
+            Self::Sinusoidal(table) => table.max_len(),
+        };
+        let needed = offset.saturating_add(seq);
+        if seq == 0 || needed <= limit {
+            return Ok(());
+        }
+        let position = i64::try_from(offset.max(limit)).unwrap_or(i64::MAX);
+        Err(match self {
+            Self::Learned(_) => PositionError::PositionPastTable {
+                position,
+                at: None,
+                max_len: limit,
+                needed,
+            },
+            _ => PositionError::PositionPastSinusoidLimit {
+                position,
+                max_len: limit,
+                needed,
+            },
+        })
+    }
+
+    /// Position vectors for `offset..offset + seq`, or `None` for the `None` scheme.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[seq, d_position]`
+    pub fn rows(&self, offset: usize, seq: usize) -> Option<Tensor<2>> {
+        match self {
+            Self::None(_) => None,
+            Self::Sinusoidal(table) => Some(table.rows(offset, seq)),
+            Self::Learned(table) => Some(table.rows(offset, seq)),
+        }
+    }
+
+    /// Position vectors at explicit positions (already checked), or `None` for `None`.
+    ///
+    /// # Shapes
+    ///
+    /// - positions: `[batch, seq]`
+    /// - output: `[batch, seq, d_position]`
+    pub fn gather(&self, positions: Tensor<2, Int>, max_position: usize) -> Option<Tensor<3>> {
+        match self {
+            Self::None(_) => None,
+            Self::Sinusoidal(table) => Some(table.gather(positions, max_position)),
+            Self::Learned(table) => Some(table.gather(positions)),
+        }
+    }
+}

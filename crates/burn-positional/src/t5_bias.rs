@@ -1,0 +1,264 @@
+//! T5's relative position bias, from [Exploring the Limits of Transfer Learning with a Unified
+//! Text-to-Text Transformer](https://arxiv.org/abs/1910.10683) (Raffel et al. 2020): the
+//! distance from query to key falls in one of `num_buckets` buckets (exact for small distances,
+//! log-spaced up to `max_distance`, one last bucket beyond), and each head learns one scalar per
+//! bucket, added to its scores. Share one [`T5Bias`] across layers (as T5 does) by computing the
+//! bias once and passing it to every block.
+//!
+//! The buckets depend on whether attention is causal (T5's decoder buckets only keys before the
+//! query, its encoder both sides apart), and that is the attention block's to say: there is no
+//! direction in [`T5BiasConfig`], and every call takes the block's `causal`.
+
+use crate::materialize::materialize;
+use burn::config::Config;
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay, Param};
+use burn::nn::Initializer;
+use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
+
+use crate::PositionError;
+use crate::cache::{DeviceKey, ShapeCache};
+
+/// Configuration of [`T5Bias`].
+#[derive(Config, Debug, PartialEq)]
+pub struct T5BiasConfig {
+    /// Number of attention heads (one learned scalar per head and bucket).
+    pub n_heads: usize,
+    /// Buckets (T5 uses 32).
+    #[config(default = 32)]
+    pub num_buckets: usize,
+    /// Distances at or past this share the last bucket (T5 uses 128).
+    #[config(default = 128)]
+    pub max_distance: usize,
+    /// Initializer of the `[num_buckets, n_heads]` table.
+    #[config(default = "Initializer::Normal { mean: 0.0, std: 0.02 }")]
+    pub initializer: Initializer,
+}
+
+/// T5's bucketed relative bias. Built by [`T5BiasConfig::init`].
+///
+/// Bucket ids are computed on the device and cached by shape, in a cache this module owns
+/// (shared by its clones, freed with the last of them); each call gathers the learned scalars
+/// for them, so gradients reach the table.
+///
+/// Every call takes `causal`, the flag of the attention block the bias is for
+/// ([`SelfAttention::causal`](crate::SelfAttention::causal)): decoder-style buckets (only keys
+/// before the query count) when it is set, encoder-style (keys before and after the query in
+/// separate buckets) otherwise. A block that owns its `T5Bias` passes its own flag, so no
+/// config can disagree with the block; a table shared by blocks is asked with theirs.
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional::T5BiasConfig;
+///
+/// let device = Device::flex();
+/// let t5 = T5BiasConfig::new(8).init(&device);
+/// let causal = false; // the blocks' `causal`
+/// assert_eq!(t5.bias(0, 6, 6, causal).dims(), [1, 8, 6, 6]); // [1, n_heads, seq_q, seq_k]
+/// ```
+#[derive(Module, Debug)]
+#[module(custom_display)]
+pub struct T5Bias {
+    /// `[num_buckets, n_heads]`, trained and saved.
+    pub table: Param<Tensor<2>>,
+    /// Distances at or past this share the last bucket.
+    pub max_distance: usize,
+    /// Bucket ids by shape and direction, shared by clones.
+    #[module(skip)]
+    buckets: ShapeCache<Tensor<2, Int>, (Bucketing, DeviceKey)>,
+}
+
+impl ModuleDisplay for T5Bias {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        let [num_buckets, n_heads] = self.table.shape().dims();
+        content
+            .add("n_heads", &n_heads)
+            .add("num_buckets", &num_buckets)
+            .add("max_distance", &self.max_distance)
+            .optional()
+    }
+}
+
+/// What cached bucket ids depend on besides the device: the direction, and the table's size
+/// and `max_distance` as they were when the ids were built (both can change after `init`: a
+/// loaded record, an assignment to the public field).
+#[derive(Clone, Debug, PartialEq)]
+struct Bucketing {
+    causal: bool,
+    num_buckets: usize,
+    max_distance: usize,
+}
+
+/// T5's bucket of `relative_position = key_position - query_position`, transcribed from
+/// `T5Attention._relative_position_bucket` (Hugging Face transformers, after Mesh TensorFlow):
+/// the log is taken in f32, as there.
+pub fn t5_bucket(
+    relative_position: i64,
+    bidirectional: bool,
+    num_buckets: usize,
+    max_distance: usize,
+) -> usize {
+    let mut num_buckets = num_buckets as i64;
+    let mut bucket = 0i64;
+    let mut n = relative_position;
+    if bidirectional {
+        num_buckets /= 2;
+        if n > 0 {
+            bucket += num_buckets;
+        }
+        n = n.abs();
+    } else {
+        n = -n.min(0);
+    }
+    let max_exact = num_buckets / 2;
+    if n < max_exact {
+        return (bucket + n) as usize;
+    }
+    let log_ratio =
+        (n as f32 / max_exact as f32).ln() / (max_distance as f32 / max_exact as f32).ln();
+    let large = max_exact + (log_ratio * (num_buckets - max_exact) as f32) as i64;
+    (bucket + large.min(num_buckets - 1)) as usize
+}
+
+impl T5BiasConfig {
+    /// Checks the config: at least one head, at least 4 buckets (two halves of at least two
+    /// for the bidirectional case), and `max_distance` past the exact range.
+    pub fn validate(&self) -> Result<(), PositionError> {
+        if self.n_heads == 0 {
+            return Err(PositionError::InvalidConfig {
+                field: "T5BiasConfig::n_heads",
+                value: "0".into(),
+                rule: "the table has one column per head, so it needs at least one head",
+                fix: "set n_heads to the attention block's number of heads".into(),
+            });
+        }
+        if self.num_buckets < 4 {
+            return Err(PositionError::InvalidConfig {
+                field: "T5BiasConfig::num_buckets",
+                value: self.num_buckets.to_string(),
+                rule: "T5 splits the buckets into halves, each with exact and log-spaced buckets",
+                fix: "use at least 4 buckets (T5 uses 32)".into(),
+            });
+        }
+        if self.max_distance <= self.num_buckets / 2 {
+            return Err(PositionError::InvalidConfig {
+                field: "T5BiasConfig::max_distance",
+                value: self.max_distance.to_string(),
+                rule: "it must exceed num_buckets / 2, where the log-spaced buckets begin",
+                fix: format!(
+                    "set max_distance above {} (T5 uses 128 with 32 buckets)",
+                    self.num_buckets / 2
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Builds the table.
+    ///
+    /// # Panics
+    ///
+    /// If [`validate`](Self::validate) fails: no heads, fewer than 4 buckets, or `max_distance`
+    /// within the exact range.
+    pub fn init(&self, device: &Device) -> T5Bias {
+        if let Err(err) = self.validate() {
+            panic!("{err}");
+        }
+        materialize(T5Bias {
+            table: self
+                .initializer
+                .init([self.num_buckets, self.n_heads], device),
+            max_distance: self.max_distance,
+            buckets: ShapeCache::default(),
+        })
+    }
+}
+
+impl T5Bias {
+    /// Bucket ids `[seq_q, seq_k]` for queries at `offset..offset + seq_q` and keys at `0..seq_k`,
+    /// for a causal block if `causal` is set (see [`T5Bias`]).
+    ///
+    /// Computed on the device and cached: `key - query` from `arange`, clamped to
+    /// `±max_distance` (every farther distance is in the last bucket of its side), and looked up
+    /// in the `2 * max_distance + 1` buckets [`t5_bucket`] gives for those distances. The lookup
+    /// is exact by construction: the device never evaluates the log itself.
+    pub fn buckets(
+        &self,
+        offset: usize,
+        seq_q: usize,
+        seq_k: usize,
+        causal: bool,
+    ) -> Tensor<2, Int> {
+        let device = self.table.device();
+        if seq_q == 0 || seq_k == 0 {
+            return Tensor::zeros(Shape::new([seq_q, seq_k]), &device);
+        }
+        let [num_buckets, _] = self.table.shape().dims();
+        let bucketing = Bucketing {
+            causal,
+            num_buckets,
+            max_distance: self.max_distance,
+        };
+        // Int tensors come in the device's int dtype; the key needs only to be constant.
+        let key = (bucketing.clone(), DeviceKey::new(&device, DType::I64));
+        self.buckets.get(key, offset, seq_q, seq_k, |n| {
+            build_buckets(&bucketing, n, &device)
+        })
+    }
+
+    /// The score bias for queries at positions `offset..offset + seq_q` against keys at
+    /// `0..seq_k`, for a causal block if `causal` is set (see [`T5Bias`]); gradients flow into
+    /// the table. No length limit: far distances share the last bucket.
+    ///
+    /// Per call: one gather of `n_heads * seq_q * seq_k` scalars from the table, at cached
+    /// bucket ids. Share it across blocks (T5 does) by calling it once and passing the result
+    /// to each block.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[1, n_heads, seq_q, seq_k]`
+    pub fn bias(&self, offset: usize, seq_q: usize, seq_k: usize, causal: bool) -> Tensor<4> {
+        let [_, n_heads] = self.table.shape().dims();
+        let table = self.table.val();
+        if seq_q == 0 || seq_k == 0 {
+            return Tensor::zeros(
+                Shape::new([1, n_heads, seq_q, seq_k]),
+                (&table.device(), table.dtype()),
+            );
+        }
+        let buckets = self
+            .buckets(offset, seq_q, seq_k, causal)
+            .reshape([seq_q * seq_k]);
+        // [n_heads, num_buckets] gathered along the buckets: [n_heads, seq_q * seq_k].
+        table
+            .transpose()
+            .select(1, buckets)
+            .reshape([1, n_heads, seq_q, seq_k])
+    }
+}
+
+/// Bucket ids for queries and keys at `0..n`.
+fn build_buckets(bucketing: &Bucketing, n: usize, device: &Device) -> Tensor<2, Int> {
+    let Bucketing {
+        causal,
+        num_buckets,
+        max_distance,
+    } = *bucketing;
+    let reach = max_distance as i64;
+    let lookup: Vec<i64> = (-reach..=reach)
+        .map(|rel| t5_bucket(rel, !causal, num_buckets, max_distance) as i64)
+        .collect();
+    let lookup =
+        Tensor::<1, Int>::from_data(TensorData::new(lookup, [2 * reach as usize + 1]), device);
+    let index = Tensor::<1, Int>::arange(0..n as i64, device);
+    // key - query, clamped to the lookup's range and shifted to index it.
+    let relative = (index.clone().reshape([1, n]) - index.reshape([n, 1]))
+        .clamp(-reach, reach)
+        .add_scalar(reach);
+    lookup.select(0, relative.reshape([n * n])).reshape([n, n])
+}

@@ -1,0 +1,296 @@
+//! The fused forward (the default) against the reference forward made of burn tensor ops, for
+//! every combination of options, on every device: values, gradients and errors.
+//!
+//! Sizes are odd on purpose (vocab 13, batch 3, seq 7, widths 10 = 4 + 6), so they divide no
+//! kernel tile; the ids include both edges of the table (0 and 12).
+
+use burn::prelude::*;
+use burn::tensor::Tolerance;
+use burn_positional::kernels::fused_calls;
+use burn_positional::{
+    AbsolutePosition, Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig,
+    PositionSchemeConfig, Positions, SinusoidalConfig,
+};
+
+const VOCAB: usize = 13;
+const D_MODEL: usize = 10;
+
+fn ids(device: &Device) -> Tensor<2, Int> {
+    Tensor::from_data(
+        [
+            [0, 12, 5, 5, 1, 0, 7],
+            [12, 12, 3, 0, 9, 11, 2],
+            [4, 6, 8, 10, 12, 0, 1],
+        ],
+        device,
+    )
+}
+
+fn explicit(device: &Device) -> Tensor<2, Int> {
+    // Left-padded rows and one row reaching the learned table's last row (15).
+    Tensor::from_data(
+        [
+            [0, 1, 2, 3, 4, 5, 6],
+            [0, 0, 0, 1, 2, 3, 4],
+            [9, 10, 11, 12, 13, 14, 15],
+        ],
+        device,
+    )
+}
+
+/// Every combination: scheme x combine x scale x padding.
+fn configs() -> Vec<EmbeddingWithPositionConfig> {
+    let schemes: [PositionSchemeConfig; 2] = [
+        SinusoidalConfig::new().into(),
+        LearnedConfig::new(16).into(),
+    ];
+    let combines = [
+        Combine::Add,
+        Combine::Concat {
+            d_token: 4,
+            d_position: 6,
+        },
+    ];
+    let mut all = Vec::new();
+    for scheme in &schemes {
+        for combine in &combines {
+            for scale in [false, true] {
+                for padding in [None, Some(0)] {
+                    all.push(
+                        EmbeddingWithPositionConfig::new(VOCAB, D_MODEL)
+                            .with_scheme(scheme.clone())
+                            .with_combine(combine.clone())
+                            .with_scale_tokens(scale)
+                            .with_padding_idx(padding),
+                    );
+                }
+            }
+        }
+    }
+    all
+}
+
+fn positions(device: &Device) -> Vec<Positions> {
+    vec![
+        Positions::Offset(0),
+        Positions::Offset(5),
+        Positions::Explicit(explicit(device)),
+    ]
+}
+
+fn describe(config: &EmbeddingWithPositionConfig, positions: &Positions) -> String {
+    let at = match positions {
+        Positions::Offset(k) => format!("offset {k}"),
+        Positions::Explicit(_) => "explicit positions".into(),
+    };
+    format!(
+        "{:?}, {:?}, scale {}, padding {:?}, {at}",
+        config.scheme, config.combine, config.scale_tokens, config.padding_idx
+    )
+}
+
+fn fused_equals_reference(device: &Device) {
+    for config in configs() {
+        let embed = config.init(device);
+        for at in positions(device) {
+            let what = describe(&config, &at);
+            // The default path, and proof that it is the fused one (a fallback to the reference
+            // would pass the comparison below).
+            let before = fused_calls();
+            let fused = embed.forward_at(ids(device), at.clone());
+            assert_eq!(fused_calls(), before + 1, "{what}: the fused kernel ran");
+            embed.check_inputs().expect(&what);
+            let reference = embed.try_forward_reference(ids(device), at).expect(&what);
+            assert_eq!(fused.dims(), [3, 7, D_MODEL], "{what}");
+            fused
+                .into_data()
+                .assert_approx_eq::<f32>(&reference.into_data(), Tolerance::absolute(1e-6));
+        }
+    }
+}
+
+fn bad_ids_give_the_same_error_fused_or_not(device: &Device) {
+    for config in configs() {
+        let embed = config.init(device);
+        for bad in [VOCAB as i64, -1] {
+            let ids = Tensor::<2, Int>::from_data([[1, 2, bad]], device);
+            let fused = embed
+                .try_forward(ids.clone())
+                .unwrap_err();
+            let reference = embed
+                .try_forward_reference(ids, Positions::default())
+                .unwrap_err();
+            assert_eq!(fused.to_string(), reference.to_string());
+            assert!(fused.to_string().contains(&bad.to_string()), "{fused}");
+        }
+    }
+    // Past the learned table, fused or not.
+    let embed = EmbeddingWithPositionConfig::new(VOCAB, D_MODEL)
+        .with_scheme(LearnedConfig::new(16).into())
+        .init(device);
+    let err = embed
+        .try_forward_at(ids(device), Positions::Offset(10))
+        .unwrap_err();
+    assert!(err.to_string().contains("max_len = 16"), "{err}");
+}
+
+fn sinusoidal_positions_past_the_cache_match_the_reference(device: &Device) {
+    let embed = EmbeddingWithPositionConfig::new(VOCAB, D_MODEL)
+        .with_scheme(SinusoidalConfig::new().with_cache_len(8).into())
+        .init(device);
+    for at in [Positions::Offset(3), Positions::Explicit(explicit(device))] {
+        let fused = embed.try_forward_at(ids(device), at.clone()).unwrap();
+        let reference = embed.try_forward_reference(ids(device), at).unwrap();
+        fused
+            .into_data()
+            .assert_approx_eq::<f32>(&reference.into_data(), Tolerance::absolute(1e-6));
+    }
+}
+
+/// Large enough (4 x 300 x 256 > 2^18 elements) for the CPU implementations' multi-threaded
+/// path, with rows that split across workers unevenly.
+fn large_outputs_match_the_reference(device: &Device) {
+    let (vocab, d_model, batch, seq) = (1001, 256, 4, 300);
+    let ids: Vec<i64> = (0..batch * seq)
+        .map(|i| (i * 7919 % vocab) as i64)
+        .collect();
+    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [batch, seq]), device);
+    for scheme in [
+        SinusoidalConfig::new().into(),
+        LearnedConfig::new(seq + 5).into(),
+    ] {
+        let embed = EmbeddingWithPositionConfig::new(vocab, d_model)
+            .with_scheme(scheme)
+            .with_padding_idx(Some(3))
+            .init(device);
+        let fused = embed
+            .try_forward_at(ids.clone(), Positions::Offset(5))
+            .unwrap();
+        let reference = embed
+            .try_forward_reference(ids.clone(), Positions::Offset(5))
+            .unwrap();
+        fused
+            .into_data()
+            .assert_approx_eq::<f32>(&reference.into_data(), Tolerance::absolute(1e-6));
+    }
+}
+
+/// Every float dtype the device supports: the token table (and a learned table) cast to it, the
+/// sinusoid table following it, the output in it and close to f32's, gradients on autodiff
+/// devices. Ids in i32 and i64 where the device has them.
+fn dtypes_follow_the_token_table(device: &Device) {
+    use burn::module::Param;
+    use burn::tensor::DType;
+    for scheme in [
+        PositionSchemeConfig::from(SinusoidalConfig::new()),
+        LearnedConfig::new(16).into(),
+    ] {
+        let config = EmbeddingWithPositionConfig::new(VOCAB, D_MODEL).with_scheme(scheme);
+        let reference = config.init(device);
+        let want = reference.forward(ids(device));
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {
+            if !device.supports_dtype(dtype) {
+                continue; // refusals are tested in the kernels crate (`dtypes`)
+            }
+            let mut embed = config.init(device);
+            embed.tokens = Param::from_tensor(reference.tokens.val().cast(dtype).detach());
+            if let (AbsolutePosition::Learned(mine), AbsolutePosition::Learned(theirs)) =
+                (&mut embed.position, &reference.position)
+            {
+                mine.table = Param::from_tensor(theirs.table.val().cast(dtype).detach());
+            }
+            for int in [DType::I32, DType::I64] {
+                if !device.supports_dtype(int) {
+                    continue;
+                }
+                let before = fused_calls();
+                let out = embed.forward(ids(device).cast(int));
+                assert_eq!(fused_calls(), before + 1, "{dtype:?} {int:?}: fused");
+                assert_eq!(out.dtype(), dtype);
+                let tolerance = if matches!(dtype, DType::F16 | DType::BF16) {
+                    3e-2
+                } else {
+                    1e-5
+                };
+                out.clone()
+                    .cast(DType::F32)
+                    .into_data()
+                    .assert_approx_eq::<f32>(
+                        &want.clone().into_data(),
+                        Tolerance::absolute(tolerance),
+                    );
+                embed.check_inputs().unwrap();
+                if device.is_autodiff() {
+                    let grads = out.sum().backward();
+                    let grad = embed.tokens.grad(&grads).expect("token gradient");
+                    assert_eq!(grad.dtype(), dtype, "{dtype:?} {int:?}: token gradient");
+                }
+            }
+        }
+    }
+}
+
+on_every_device!(
+    dtypes_follow_the_token_table,
+    large_outputs_match_the_reference,
+    fused_equals_reference,
+    bad_ids_give_the_same_error_fused_or_not,
+    sinusoidal_positions_past_the_cache_match_the_reference,
+);
+
+/// Gradients of the fused path's hand-written backward against autodiff through the reference.
+mod gradients {
+    use super::*;
+
+    fn loss_of(out: Tensor<3>) -> Tensor<1> {
+        let [batch, seq, d] = out.dims();
+        let weights = Tensor::<1, Int>::arange(0..(batch * seq * d) as i64, &out.device())
+            .float()
+            .reshape([batch, seq, d])
+            .sin();
+        (out * weights).sum()
+    }
+
+    fn grads_of(embed: &EmbeddingWithPosition, out: Tensor<3>) -> (Tensor<2>, Option<Tensor<2>>) {
+        let grads = loss_of(out).backward();
+        let tokens = embed.tokens.grad(&grads).expect("token gradient");
+        let table = match &embed.position {
+            AbsolutePosition::Learned(t) => Some(t.table.grad(&grads).expect("table gradient")),
+            _ => None,
+        };
+        (tokens, table)
+    }
+
+    fn fused_gradients_equal_reference(device: &Device) {
+        for config in configs() {
+            let embed = config.init(device);
+            for at in positions(device) {
+                let what = describe(&config, &at);
+                let fused = grads_of(&embed, embed.try_forward_at(ids(device), at.clone()).unwrap());
+                let reference = grads_of(
+                    &embed,
+                    embed.try_forward_reference(ids(device), at).unwrap(),
+                );
+                let close = |a: Tensor<2>, b: Tensor<2>, part: &str| {
+                    let diff = (a - b).abs().max().into_scalar::<f32>();
+                    assert!(diff <= 1e-5, "{what}: {part} gradients differ by {diff}");
+                };
+                close(fused.0.clone(), reference.0, "token");
+                if let Some(padding) = config.padding_idx {
+                    let width = fused.0.dims()[1];
+                    let row = fused.0.slice([padding..padding + 1, 0..width]);
+                    assert_eq!(
+                        row.abs().sum().into_scalar::<f32>(),
+                        0.0,
+                        "{what}: padding row"
+                    );
+                }
+                if let (Some(a), Some(b)) = (fused.1, reference.1) {
+                    close(a, b, "learned table");
+                }
+            }
+        }
+    }
+
+    on_every_autodiff_device!(fused_gradients_equal_reference);
+}

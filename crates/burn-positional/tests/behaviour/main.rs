@@ -1,0 +1,49 @@
+//! Behaviour of the positional layer, written once and run on every device: wgpu (a GPU, or
+//! Mesa's lavapipe where there is none), ndarray and flex, each with and without autodiff.
+//!
+//! No backend is ever skipped: if wgpu finds no adapter, every wgpu test fails with a message
+//! saying what to install.
+
+/// Runs each named `fn(&Device)` on all six devices, one `#[test]` per device.
+macro_rules! on_every_device {
+    ($($test:ident),* $(,)?) => {
+        mod on_wgpu { $( #[test] fn $test() { super::$test(&crate::devices::wgpu()) } )* }
+        mod on_ndarray { $( #[test] fn $test() { super::$test(&crate::devices::ndarray()) } )* }
+        mod on_flex { $( #[test] fn $test() { super::$test(&crate::devices::flex()) } )* }
+        on_every_autodiff_device!($($test),*);
+    };
+}
+
+/// Runs each named `fn(&Device)` on the three autodiff devices.
+macro_rules! on_every_autodiff_device {
+    ($($test:ident),* $(,)?) => {
+        mod on_wgpu_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::wgpu().autodiff()) } )* }
+        mod on_ndarray_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::ndarray().autodiff()) } )* }
+        mod on_flex_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::flex().autodiff()) } )* }
+    };
+}
+
+mod devices;
+
+/// Runs `f`, which must panic, and returns its message: what a `# Panics` section promises.
+pub fn panic_message(f: impl FnOnce()) -> String {
+    let payload =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("expected a panic");
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+mod attention_block;
+mod attention_schemes;
+mod bad_input;
+mod equivariance;
+mod fused;
+mod gradients;
+mod hostile_sizes;
+mod positions;
+mod records;
+mod shared_state;
+mod sinusoidal;
