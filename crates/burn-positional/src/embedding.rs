@@ -3,14 +3,12 @@
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Initializer};
-use burn::tensor::module::embedding;
 use burn::tensor::{Device, Int, Tensor};
 
 use burn_positional_kernels::{
     Combine, FusedEmbeddingError, FusedEmbeddingOptions, InputStatus, fused_embedding,
 };
 
-use crate::ids::{check_ids_in, value_ranges};
 use crate::limits::table_fits;
 use crate::records::{read_record, record_detail};
 use crate::status::StatusLog;
@@ -487,113 +485,6 @@ impl EmbeddingWithPosition {
         }
     }
 
-    /// The unfused forward, made of burn tensor ops: a gather, a scale, the position rows and
-    /// an add or a concatenation, after an id check that reads the ids' minimum and maximum
-    /// back once. The reference the fused pass is tested against (the slow twin). Dropout included.
-    ///
-    /// # Shapes
-    ///
-    /// - ids: `[batch, seq]`
-    /// - `Positions::Explicit`: `[batch, seq]`
-    /// - output: `[batch, seq, d_model]`
-    ///
-    /// ```
-    /// use burn::prelude::*;
-    /// use burn_positional::{EmbeddingWithPositionConfig, Positions};
-    ///
-    /// let device = Device::flex();
-    /// let embed = EmbeddingWithPositionConfig::new(100, 16).with_scale_tokens(true).init(&device);
-    /// let ids = Tensor::<2, Int>::from_data([[1, 2, 3]], &device);
-    /// let fused = embed.try_forward(ids.clone()).unwrap();
-    /// let reference = embed.try_forward_reference(ids, Positions::default()).unwrap();
-    /// assert_eq!(reference.dims(), [1, 3, 16]);
-    /// fused.into_data().assert_approx_eq::<f32>(&reference.into_data(), Default::default());
-    /// ```
-    pub fn try_forward_reference(
-        &self,
-        ids: Tensor<2, Int>,
-        positions: Positions,
-    ) -> Result<Tensor<3>, PositionError> {
-        let [batch, seq] = ids.dims();
-        let explicit = match &positions {
-            Positions::Explicit(p) if p.dims() != [batch, seq] => {
-                return Err(PositionError::ShapeMismatch {
-                    what: "explicit position ids must have the token ids' shape [batch, seq]",
-                    expected: vec![batch, seq],
-                    got: p.dims().to_vec(),
-                    fix: "give one position per token",
-                });
-            }
-            Positions::Explicit(p) => Some(p),
-            Positions::Offset(_) => None,
-        };
-        if batch * seq == 0 {
-            return Ok(Tensor::zeros([batch, seq, self.d_model()], &ids.device()));
-        }
-        let ranges = value_ranges(
-            &[Some(&ids), explicit]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>(),
-        );
-        check_ids_in(&ids, ranges[0], self.vocab_size())?;
-        self.check_dtypes("this module")?;
-
-        let tokens = self.token_vectors(ids);
-        let position = match positions {
-            Positions::Offset(offset) => {
-                self.position.check_window(offset, seq)?;
-                self.position
-                    .rows(offset, seq)
-                    .map(|rows| rows.unsqueeze::<3>())
-            }
-            Positions::Explicit(p) => {
-                let (min, max) = ranges[1];
-                if min < 0 {
-                    let (position, at) = crate::ids::first_where(&p, |position| position < 0)
-                        .expect("the range check saw a negative position");
-                    return Err(PositionError::NegativePosition { position, at });
-                }
-                self.position.check(max)?;
-                self.position.gather(p, max.max(0) as usize)
-            }
-        };
-        Ok(self.dropout.forward(self.combine(tokens, position)))
-    }
-
-    /// Token vectors, scaled, with padding rows zeroed (and cut from the gradient).
-    fn token_vectors(&self, ids: Tensor<2, Int>) -> Tensor<3> {
-        let mut tokens = embedding(self.tokens.val(), ids.clone()); // [batch, seq, d_token]
-        if let Some(idx) = self.padding_idx {
-            // 1 for real tokens, 0 for padding: [batch, seq, 1], broadcast over d_token.
-            let keep = ids.not_equal_elem(idx as i64).float().unsqueeze_dim::<3>(2);
-            tokens = tokens * keep.mul_scalar(self.token_scale);
-        } else if self.token_scale != 1.0 {
-            tokens = tokens.mul_scalar(self.token_scale);
-        }
-        tokens
-    }
-
-    fn combine(&self, tokens: Tensor<3>, position: Option<Tensor<3>>) -> Tensor<3> {
-        let Some(position) = position else {
-            return tokens;
-        };
-        // A constant table (the sinusoid's, f32) beside tokens cast to f16 or bf16.
-        let position = if position.dtype() == tokens.dtype() {
-            position
-        } else {
-            position.cast(tokens.dtype())
-        };
-        match self.combine {
-            Combine::Add => tokens + position,
-            Combine::Concat { d_position, .. } => {
-                let [batch, seq, _] = tokens.dims();
-                let position = position.expand([batch, seq, d_position]);
-                Tensor::cat(vec![tokens, position], 2)
-            }
-        }
-    }
-
     /// Rows in the token table.
     pub fn vocab_size(&self) -> usize {
         self.tokens.shape().dims::<2>()[0]
@@ -632,7 +523,7 @@ impl EmbeddingWithPosition {
     /// Refuses a token table and a learned position table of two float dtypes (a record saved
     /// that way, or a module half cast), which no forward can combine. No read: dtypes are
     /// known on the host.
-    fn check_dtypes(&self, origin: &str) -> Result<(), PositionError> {
+    pub(crate) fn check_dtypes(&self, origin: &str) -> Result<(), PositionError> {
         let AbsolutePosition::Learned(learned) = &self.position else {
             return Ok(());
         };

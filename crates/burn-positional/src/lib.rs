@@ -34,6 +34,7 @@ mod learned;
 mod limits;
 mod materialize;
 mod records;
+mod reference;
 mod rope;
 mod scheme;
 mod sinusoidal;
