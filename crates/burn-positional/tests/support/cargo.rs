@@ -27,7 +27,10 @@ pub fn nested_cargo(
         .env(
             "CARGO_TARGET_DIR",
             Path::new(env!("CARGO_TARGET_TMPDIR")).join(target),
-        );
+        )
+        // No debug info in what the nested builds compile (the downstream crate is outside the
+        // workspace, so the workspace's profile does not reach it): it would only slow CI down.
+        .env("CARGO_PROFILE_DEV_DEBUG", "false");
     configure(&mut command);
     command
         .output()
