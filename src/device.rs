@@ -115,10 +115,12 @@ pub fn open(choice: DeviceChoice) -> Result<OpenedDevice, String> {
         // The demo's first build leaves ndarray out (it is the slowest backend to compile).
         #[cfg(not(feature = "ndarray"))]
         DeviceChoice::Ndarray => {
-            return Err("this build has no ndarray backend: add `--features ndarray` to the \
+            return Err(
+                "this build has no ndarray backend: add `--features ndarray` to the \
                         cargo command (for example `cargo run --release --features ndarray \
                         --example dog_bites_man -- --device ndarray`)"
-                .into());
+                    .into(),
+            );
         }
         DeviceChoice::Flex => OpenedDevice {
             device: Device::flex(),

@@ -129,22 +129,33 @@ fn entries(c: &mut Criterion, group_name: &str, device: &Device, backward: bool)
             };
             run("old_alibi", &|| {
                 ours.none
-                    .forward_weights(AttentionInput::new(x.clone()).score_bias(old_alibi_bias(n_heads, seq, device)))
+                    .forward_weights(
+                        AttentionInput::new(x.clone())
+                            .score_bias(old_alibi_bias(n_heads, seq, device)),
+                    )
                     .output
             });
             run("old_t5", &|| {
                 ours.none
-                    .forward_weights(AttentionInput::new(x.clone()).score_bias(old_t5_bias(&t5, seq, device)))
+                    .forward_weights(
+                        AttentionInput::new(x.clone()).score_bias(old_t5_bias(&t5, seq, device)),
+                    )
                     .output
             });
             run("weights_none", &|| {
-                ours.none.forward_weights(AttentionInput::new(x.clone())).output
+                ours.none
+                    .forward_weights(AttentionInput::new(x.clone()))
+                    .output
             });
             run("weights_alibi", &|| {
-                ours.alibi.forward_weights(AttentionInput::new(x.clone())).output
+                ours.alibi
+                    .forward_weights(AttentionInput::new(x.clone()))
+                    .output
             });
             run("weights_t5", &|| {
-                ours.t5.forward_weights(AttentionInput::new(x.clone())).output
+                ours.t5
+                    .forward_weights(AttentionInput::new(x.clone()))
+                    .output
             });
         }
         group.finish();

@@ -192,11 +192,7 @@ fn queued_forward(c: &mut Criterion) {
             group.bench_function(id(&format!("try_forward_{scheme}")), |b| {
                 b.iter(|| {
                     let outs: Vec<Tensor<3>> = (0..QUEUE)
-                        .map(|_| {
-                            embed
-                                .try_forward(ids.clone())
-                                .unwrap()
-                        })
+                        .map(|_| embed.try_forward(ids.clone()).unwrap())
                         .collect();
                     device.sync().unwrap();
                     outs

@@ -195,10 +195,7 @@ fn launch(
     };
     u32_of(working_units, "the number of output vectors");
     u32_of(dims.vocab_size * dims.d_token, "the token table's size");
-    u32_of(
-        dims.max_len * dims.d_position,
-        "the position table's size",
-    );
+    u32_of(dims.max_len * dims.d_position, "the position table's size");
     assert!(
         dims.vocab_size <= i32::MAX as usize && dims.max_len <= i32::MAX as usize,
         "fused_embedding: tables of more than i32::MAX rows are not supported"

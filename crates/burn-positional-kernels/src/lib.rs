@@ -45,12 +45,12 @@ mod host;
 mod options;
 mod reference;
 
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use api::fused_calls;
 pub use api::{
     FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding,
     reference_embedding, try_fused_embedding,
 };
 pub(crate) use extension::PositionalKernels;
 pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use api::fused_calls;

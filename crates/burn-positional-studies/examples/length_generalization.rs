@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
+use burn_positional_plots::{Chart, Series, draw_charts};
 use burn_positional_studies::length_generalization::{
     Progress, StudyConfig, StudyResults, run_study,
 };
-use burn_positional_plots::{Chart, Series, draw_charts};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 

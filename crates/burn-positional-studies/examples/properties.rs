@@ -16,9 +16,10 @@ use std::time::Instant;
 use burn::prelude::*;
 use burn_positional::{Combine, PositionSchemeConfig, sinusoid_rows};
 use burn_positional_analysis as analysis;
-use burn_positional_studies::copy_back::CopyBackConfig;
 use burn_positional_examples::device::{DeviceChoice, open, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
+use burn_positional_examples::schemes::Scheme;
+use burn_positional_studies::copy_back::CopyBackConfig;
 use burn_positional_studies::learner::{self, Event, Listener, Strategy};
 use burn_positional_studies::properties::pictures::{
     History, collision_row, draw_add_vs_concat, draw_collisions, draw_report_pictures,
@@ -26,7 +27,6 @@ use burn_positional_studies::properties::pictures::{
 use burn_positional_studies::properties::{
     self, PropertiesConfig, PropertyRow, SchemeProbe, number,
 };
-use burn_positional_examples::schemes::Scheme;
 use burn_positional_studies::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional_studies::training::{TrainingConfig, TrainingError};
 use clap::{Parser, Subcommand};

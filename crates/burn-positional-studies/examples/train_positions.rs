@@ -15,14 +15,14 @@ use burn::prelude::*;
 use burn::tensor::FloatDType;
 use burn_positional::{AbsolutePosition, PositionSchemeConfig, SinusoidalConfig};
 use burn_positional_analysis::{cosine_matrix, neighbour_and_far_cosine};
-use burn_positional_studies::copy_back::CopyBackConfig;
 use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
-use burn_positional_studies::learner::{self, Listener, Strategy};
 use burn_positional_examples::schemes::Scheme;
+use burn_positional_plots::{Heatmap, draw_heatmaps};
+use burn_positional_studies::copy_back::CopyBackConfig;
+use burn_positional_studies::learner::{self, Listener, Strategy};
 use burn_positional_studies::tagger::{TokenTagger, TokenTaggerConfig};
 use burn_positional_studies::training::{self, Metrics, TrainingConfig, TrainingError, evaluate};
-use burn_positional_plots::{Heatmap, draw_heatmaps};
 use clap::{Parser, Subcommand};
 use std::io::IsTerminal;
 

@@ -15,10 +15,10 @@
 use std::time::Instant;
 
 use burn::prelude::*;
-use burn_positional_studies::copy_back::CopyBackConfig;
 use burn_positional_examples::encoder::EncoderConfig;
-use burn_positional_studies::learner::{Listener, Strategy, fit};
 use burn_positional_examples::schemes::Scheme;
+use burn_positional_studies::copy_back::CopyBackConfig;
+use burn_positional_studies::learner::{Listener, Strategy, fit};
 use burn_positional_studies::tagger::TokenTaggerConfig;
 use burn_positional_studies::training::{TrainingConfig, evaluate};
 

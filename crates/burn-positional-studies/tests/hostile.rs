@@ -20,9 +20,9 @@ use burn::tensor::FloatDType;
 use burn_positional::{
     EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig, read_record,
 };
+use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_studies::checkpoint::RunRecord;
 use burn_positional_studies::copy_back::CopyBackConfig;
-use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_studies::tagger::TokenTaggerConfig;
 use burn_positional_studies::training::TrainingConfig;
 use proptest::prelude::*;

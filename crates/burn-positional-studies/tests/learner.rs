@@ -9,12 +9,10 @@
 use burn::prelude::*;
 use burn::tensor::FloatDType;
 use burn_positional::AbsolutePosition;
+use burn_positional_examples::device::{DeviceChoice, open};
 use burn_positional_studies::checkpoint::{LOCK_FILE, resume_point};
 use burn_positional_studies::copy_back::CopyBackBatch;
-use burn_positional_examples::device::{DeviceChoice, open};
-use burn_positional_studies::learner::{
-    Event, Listener, Strategy, fit, fit_from, last_checkpoint,
-};
+use burn_positional_studies::learner::{Event, Listener, Strategy, fit, fit_from, last_checkpoint};
 use burn_positional_studies::tagger::TokenTagger;
 use burn_positional_studies::training::{TrainingConfig, TrainingError, evaluate};
 

@@ -31,12 +31,12 @@ use burn::train::{
 use burn_positional::SinusoidalConfig;
 use burn_positional::{LearnedConfig, PositionSchemeConfig, ScoreBiasConfig, T5BiasConfig};
 use burn_positional_examples::classifier::SequenceClassifierConfig;
+use burn_positional_examples::encoder::EncoderConfig;
+use burn_positional_examples::who_bites_whom::{self, SentenceBatcher};
 use burn_positional_studies::copy_back::{
     CopyBackBatch, CopyBackBatcher, CopyBackConfig, CopyBackDataset,
 };
-use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_studies::tagger::{TokenTagger, TokenTaggerConfig};
-use burn_positional_examples::who_bites_whom::{self, SentenceBatcher};
 
 const BATCH: usize = 4; // per worker
 const STEPS: usize = 3;

@@ -61,9 +61,7 @@ fn forward_does_not_wait_for_the_queue_on_wgpu() {
             let ids = ids.clone().to_device(&device);
             // Warm up: compile every kernel involved, so no compile time lands in a call.
             embed.forward(ids.clone());
-            embed
-                .try_forward(ids.clone())
-                .unwrap();
+            embed.try_forward(ids.clone()).unwrap();
             embed.check_inputs().unwrap();
             queue_work(&device, 2);
             device.sync().unwrap();
@@ -73,11 +71,7 @@ fn forward_does_not_wait_for_the_queue_on_wgpu() {
             let mut n = 8;
             let (read_call, read_sync) = loop {
                 let (call, sync) = waits(&device, n, &|| {
-                    drop(
-                        embed
-                            .try_forward(ids.clone())
-                            .unwrap(),
-                    );
+                    drop(embed.try_forward(ids.clone()).unwrap());
                 });
                 if call > Duration::from_millis(200) || n >= 512 {
                     break (call, sync);

@@ -6,10 +6,10 @@
 use std::sync::{Arc, Mutex};
 
 use burn::prelude::*;
+use burn_positional_examples::schemes::Scheme;
 use burn_positional_studies::length_generalization::{
     Progress, SCHEMES, StudyConfig, Task, Variant, greedy, run_study, train_cell,
 };
-use burn_positional_examples::schemes::Scheme;
 
 /// A small untrained model of `scheme` for the copy task at training length 3.
 fn model(

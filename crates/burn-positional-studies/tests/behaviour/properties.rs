@@ -2,10 +2,10 @@
 //! the math says it must for the schemes where the math is known.
 
 use burn::prelude::*;
+use burn_positional_examples::schemes::Scheme;
 use burn_positional_studies::properties::{
     PropertiesConfig, SchemeProbe, closest_combination, measure,
 };
-use burn_positional_examples::schemes::Scheme;
 
 fn row(scheme: Scheme, device: &Device) -> burn_positional_studies::properties::PropertyRow {
     let probe = SchemeProbe::init(scheme, &PropertiesConfig::new(), device);

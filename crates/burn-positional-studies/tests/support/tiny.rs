@@ -2,8 +2,8 @@
 //! one block of width 16 with a learned table, batches of 8, Adam at 1e-2.
 
 use burn_positional::LearnedConfig;
-use burn_positional_studies::copy_back::CopyBackConfig;
 use burn_positional_examples::encoder::EncoderConfig;
+use burn_positional_studies::copy_back::CopyBackConfig;
 use burn_positional_studies::tagger::TokenTaggerConfig;
 use burn_positional_studies::training::TrainingConfig;
 

@@ -360,7 +360,9 @@ pub fn every_float_dtype_runs_the_block(device: &Device) {
                 let mut cache = KvCache::new();
                 let outputs = [
                     block.forward(x.clone().cast(dtype)),
-                    block.forward_weights(AttentionInput::new(x.clone().cast(dtype))).output,
+                    block
+                        .forward_weights(AttentionInput::new(x.clone().cast(dtype)))
+                        .output,
                     block.forward_cache(AttentionInput::new(x.clone().cast(dtype)), &mut cache),
                 ];
                 for out in outputs {

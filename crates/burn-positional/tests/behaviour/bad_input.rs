@@ -57,9 +57,7 @@ fn forward_defers(
 pub fn token_id_past_the_vocabulary(device: &Device) {
     let embed = EmbeddingWithPositionConfig::new(10, 8).init(device);
     let x = Tensor::<2, Int>::from_data([[1, 2, 3], [4, 10, 5]], device);
-    let err = embed
-        .try_forward(x.clone())
-        .unwrap_err();
+    let err = embed.try_forward(x.clone()).unwrap_err();
     assert_eq!(
         err,
         PositionError::TokenIdOutOfRange {
@@ -69,10 +67,7 @@ pub fn token_id_past_the_vocabulary(device: &Device) {
         }
     );
     let msg = err.to_string();
-    assert_mentions(
-        &msg,
-        &["token id 10", "[batch 1, index 1]", "0..10", "Fix"],
-    );
+    assert_mentions(&msg, &["token id 10", "[batch 1, index 1]", "0..10", "Fix"]);
     forward_defers(&embed, x.clone(), Positions::default(), &[4], &err);
     assert_eq!(check_token_ids(&x, 10).unwrap_err(), err);
 }
@@ -80,10 +75,7 @@ pub fn token_id_past_the_vocabulary(device: &Device) {
 pub fn negative_token_id(device: &Device) {
     let embed = EmbeddingWithPositionConfig::new(10, 8).init(device);
     let x = Tensor::<2, Int>::from_data([[-3, 2]], device);
-    let msg = embed
-        .try_forward(x)
-        .unwrap_err()
-        .to_string();
+    let msg = embed.try_forward(x).unwrap_err().to_string();
     assert_mentions(&msg, &["token id -3", "[batch 0, index 0]", "0..10"]);
 }
 
@@ -92,9 +84,7 @@ pub fn sequence_longer_than_the_learned_table(device: &Device) {
         .with_scheme(LearnedConfig::new(8).into())
         .init(device);
     let too_long = Tensor::<2, Int>::ones([1, 9], device);
-    let err = embed
-        .try_forward(too_long.clone())
-        .unwrap_err();
+    let err = embed.try_forward(too_long.clone()).unwrap_err();
     assert_eq!(
         err,
         PositionError::PositionPastTable {

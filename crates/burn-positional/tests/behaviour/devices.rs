@@ -20,7 +20,9 @@ pub fn wgpu() -> Device {
                              machine with a GPU."
                         )
                     });
-            let adapter = identity.map(|id| id.name).unwrap_or_else(|| "unnamed adapter".into());
+            let adapter = identity
+                .map(|id| id.name)
+                .unwrap_or_else(|| "unnamed adapter".into());
             eprintln!("wgpu, adapter: {adapter}");
             Device::wgpu(DeviceKind::DefaultDevice)
         })

@@ -114,9 +114,7 @@ fn bad_ids_give_the_same_error_fused_or_not(device: &Device) {
         let embed = config.init(device);
         for bad in [VOCAB as i64, -1] {
             let ids = Tensor::<2, Int>::from_data([[1, 2, bad]], device);
-            let fused = embed
-                .try_forward(ids.clone())
-                .unwrap_err();
+            let fused = embed.try_forward(ids.clone()).unwrap_err();
             let reference = embed
                 .try_forward_reference(ids, Positions::default())
                 .unwrap_err();
@@ -266,7 +264,10 @@ mod gradients {
             let embed = config.init(device);
             for at in positions(device) {
                 let what = describe(&config, &at);
-                let fused = grads_of(&embed, embed.try_forward_at(ids(device), at.clone()).unwrap());
+                let fused = grads_of(
+                    &embed,
+                    embed.try_forward_at(ids(device), at.clone()).unwrap(),
+                );
                 let reference = grads_of(
                     &embed,
                     embed.try_forward_reference(ids(device), at).unwrap(),

@@ -193,9 +193,7 @@ pub fn forward_refuses_a_sequence_longer_than_a_learned_table(device: &Device) {
         .with_scheme(LearnedConfig::new(8).into())
         .init(device);
     let ids = Tensor::<2, Int>::ones([1, 9], device);
-    let err = embed
-        .try_forward(ids.clone())
-        .unwrap_err();
+    let err = embed.try_forward(ids.clone()).unwrap_err();
     assert_eq!(panic_message(|| drop(embed.forward(ids))), err.to_string());
     assert_eq!(embed.unchecked_forwards(), 0, "nothing deferred");
 }

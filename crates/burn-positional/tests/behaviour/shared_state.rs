@@ -143,15 +143,13 @@ pub fn a_kv_cache_is_bound_to_its_block_and_batch(device: &Device) {
     let x = |batch, seq| Tensor::<3>::ones([batch, seq, 16], device);
     let mut cache = KvCache::new();
     a.forward_cache(AttentionInput::new(x(2, 3)), &mut cache);
-    let message =
-        panic_message(|| drop(b.forward_cache(AttentionInput::new(x(2, 1)), &mut cache)));
+    let message = panic_message(|| drop(b.forward_cache(AttentionInput::new(x(2, 1)), &mut cache)));
     assert!(
         message.contains("another attention block") && message.contains("Fix"),
         "{message}"
     );
     assert_eq!(cache.len(), 3, "left as it was");
-    let message =
-        panic_message(|| drop(a.forward_cache(AttentionInput::new(x(1, 1)), &mut cache)));
+    let message = panic_message(|| drop(a.forward_cache(AttentionInput::new(x(1, 1)), &mut cache)));
     assert!(
         message.contains("holds 2 sequences, the input has 1"),
         "{message}"
