@@ -33,6 +33,8 @@ mod ids;
 mod learned;
 mod limits;
 mod materialize;
+#[cfg(feature = "pretrained")]
+pub mod pretrained;
 mod records;
 mod reference;
 mod rope;

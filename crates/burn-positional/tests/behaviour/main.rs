@@ -44,6 +44,7 @@ mod fused;
 mod gradients;
 mod hostile_sizes;
 mod positions;
+mod pretrained;
 mod records;
 mod shared_state;
 mod sinusoidal;

@@ -1,0 +1,720 @@
+//! Pretrained position weights from Hugging Face checkpoints (the `pretrained` feature): GPT-2's
+//! and BERT's token and position tables into an [`EmbeddingWithPosition`], T5's relative
+//! attention bias into a [`T5Bias`], from the `.safetensors`, `.bin`, `.pt` or `.pth` files
+//! transformers writes.
+//!
+//! The loading is burn's own (`burn::store::SafetensorsStore`, `burn::store::PytorchStore`, with
+//! key remapping onto our field paths); what this module adds is the names, so a caller never
+//! needs our field paths, and a load that is all or nothing:
+//!
+//! - every tensor is checked (present, shape, dtype) before anything is applied, and the
+//!   tensors are applied to a clone that replaces the module only when all of them loaded: a
+//!   failed load leaves the module as it was;
+//! - a file that holds none of the expected tensors is an error (burn's store reports "0
+//!   applied" and succeeds when nothing matches);
+//! - a missing file is an error naming the path.
+//!
+//! | checkpoint | transformers key | our module and field | call |
+//! | --- | --- | --- | --- |
+//! | GPT-2 | `transformer.wte.weight` or `wte.weight` | [`EmbeddingWithPosition`] `tokens` | [`gpt2`] |
+//! | GPT-2 | `transformer.wpe.weight` or `wpe.weight` | [`EmbeddingWithPosition`] `position.Learned.table` | [`gpt2`] |
+//! | BERT | `bert.embeddings.word_embeddings.weight` or `embeddings.word_embeddings.weight` | [`EmbeddingWithPosition`] `tokens` | [`bert`] |
+//! | BERT | `bert.embeddings.position_embeddings.weight` or `embeddings.position_embeddings.weight` | [`EmbeddingWithPosition`] `position.Learned.table` | [`bert`] |
+//! | T5 encoder | `encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight` | [`T5Bias`] `table` | [`t5`] with [`T5Stack::Encoder`] |
+//! | T5 decoder | `decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight` | [`T5Bias`] `table` | [`t5`] with [`T5Stack::Decoder`] |
+//!
+//! The same tables are public as [`GPT2_KEYS`], [`BERT_KEYS`] and [`T5Stack::keys`], for a
+//! caller who drives burn's stores directly.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use burn::store::{ModuleSnapshot, ModuleStore, PathFilter, PytorchStore, SafetensorsStore};
+use thiserror::Error;
+
+use crate::{AbsolutePosition, Combine, EmbeddingWithPosition, T5Bias};
+
+/// One tensor a loader looks for: the keys a checkpoint may store it under (tried in order),
+/// and the path of the field it goes to in our module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyMapping {
+    /// The keys transformers writes for this tensor, the first found wins.
+    pub checkpoint_keys: &'static [&'static str],
+    /// The field's path in our module, as burn's stores name it (enum variants included).
+    pub module_path: &'static str,
+}
+
+/// GPT-2's token table (`wte`) and learned position table (`wpe`), with the prefix
+/// `GPT2LMHeadModel` and friends write (`transformer.`) or without it (`GPT2Model`).
+pub const GPT2_KEYS: [KeyMapping; 2] = [
+    KeyMapping {
+        checkpoint_keys: &["transformer.wte.weight", "wte.weight"],
+        module_path: "tokens",
+    },
+    KeyMapping {
+        checkpoint_keys: &["transformer.wpe.weight", "wpe.weight"],
+        module_path: "position.Learned.table",
+    },
+];
+
+/// BERT's word and position embeddings, with the prefix the task models write (`bert.`) or
+/// without it (`BertModel`). BERT's token-type embeddings and its LayerNorm are not part of the
+/// positional layer and are left in the file.
+pub const BERT_KEYS: [KeyMapping; 2] = [
+    KeyMapping {
+        checkpoint_keys: &[
+            "bert.embeddings.word_embeddings.weight",
+            "embeddings.word_embeddings.weight",
+        ],
+        module_path: "tokens",
+    },
+    KeyMapping {
+        checkpoint_keys: &[
+            "bert.embeddings.position_embeddings.weight",
+            "embeddings.position_embeddings.weight",
+        ],
+        module_path: "position.Learned.table",
+    },
+];
+
+const T5_ENCODER_KEYS: [KeyMapping; 1] = [KeyMapping {
+    checkpoint_keys: &["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"],
+    module_path: "table",
+}];
+
+const T5_DECODER_KEYS: [KeyMapping; 1] = [KeyMapping {
+    checkpoint_keys: &["decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"],
+    module_path: "table",
+}];
+
+/// Which of T5's two relative-bias tables to load: T5 learns one for the encoder (used with
+/// bidirectional buckets, `causal = false`) and one for the decoder's self-attention (causal
+/// buckets, `causal = true`), each in the first block and shared by the stack's other blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum T5Stack {
+    /// `encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight`.
+    Encoder,
+    /// `decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight`.
+    Decoder,
+}
+
+impl T5Stack {
+    /// The key of this stack's table and the field it goes to ([`T5Bias`]'s `table`).
+    pub fn keys(self) -> &'static [KeyMapping] {
+        match self {
+            Self::Encoder => &T5_ENCODER_KEYS,
+            Self::Decoder => &T5_DECODER_KEYS,
+        }
+    }
+
+    /// The `causal` flag a block using this stack's table passes to [`T5Bias::bias`]: `false`
+    /// for the encoder, `true` for the decoder.
+    pub fn causal(self) -> bool {
+        self == Self::Decoder
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Encoder => "T5 encoder",
+            Self::Decoder => "T5 decoder",
+        }
+    }
+}
+
+/// Why a checkpoint was not loaded. The module is unchanged whenever one is returned.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum PretrainedError {
+    /// The file cannot be opened.
+    #[error(
+        "cannot open the checkpoint {path}: {detail}. Fix: check the path (transformers saves \
+         `model.safetensors` or `pytorch_model.bin` in the model's folder)"
+    )]
+    FileNotFound {
+        /// The path given.
+        path: String,
+        /// The operating system's reason.
+        detail: String,
+    },
+
+    /// The extension names no format burn's stores read.
+    #[error(
+        "cannot tell the format of the checkpoint {path} from its extension: expected \
+         .safetensors (SafetensorsStore) or .bin, .pt, .pth (PytorchStore). Fix: give the file \
+         its format's extension"
+    )]
+    UnknownFormat {
+        /// The path given.
+        path: String,
+    },
+
+    /// burn's store could not read the file.
+    #[error(
+        "cannot read the checkpoint {path} as {format}: {detail}. Fix: check that the file is \
+         complete and of that format (a Git LFS pointer is not the file: run `git lfs pull`)"
+    )]
+    Unreadable {
+        /// The path given.
+        path: String,
+        /// The format tried: `safetensors` or `PyTorch`.
+        format: &'static str,
+        /// burn's message.
+        detail: String,
+    },
+
+    /// Tensors the checkpoint must hold are not in the file. When none of them is, the file is
+    /// probably another model's (or the other T5 stack's).
+    #[error(
+        "the checkpoint {path} holds no {missing} of {checkpoint} (it has {found_count} \
+         tensors{found}). Fix: give a {checkpoint} checkpoint, or the loader of the model this \
+         file is from",
+        missing = missing.join(" or "),
+        found = found_names(.found, *.found_count)
+    )]
+    MissingTensors {
+        /// The checkpoint kind asked for (`GPT-2`, `BERT`, `T5 encoder`, `T5 decoder`).
+        checkpoint: &'static str,
+        /// The path given.
+        path: String,
+        /// The keys looked for and not found.
+        missing: Vec<String>,
+        /// The first keys the file does hold (at most 8).
+        found: Vec<String>,
+        /// How many tensors the file holds.
+        found_count: usize,
+    },
+
+    /// A tensor's shape differs from the module's field.
+    #[error(
+        "the tensor {key} in {path} has shape {found:?}, but the module's `{module_path}` has \
+         shape {expected:?}. Fix: {fix}"
+    )]
+    ShapeMismatch {
+        /// The path given.
+        path: String,
+        /// The tensor's key in the checkpoint.
+        key: String,
+        /// The field it was to load into.
+        module_path: &'static str,
+        /// The field's shape.
+        expected: Vec<usize>,
+        /// The tensor's shape.
+        found: Vec<usize>,
+        /// The config that fits the checkpoint.
+        fix: String,
+    },
+
+    /// A tensor's dtype differs from the module's field (burn's store would load it as it is,
+    /// leaving a module of two dtypes).
+    #[error(
+        "the tensor {key} in {path} is {found}, but the module's `{module_path}` is {expected}. \
+         Fix: build the module in {found} (set the device's default float dtype), or convert \
+         the checkpoint to {expected}"
+    )]
+    DTypeMismatch {
+        /// The path given.
+        path: String,
+        /// The tensor's key in the checkpoint.
+        key: String,
+        /// The field it was to load into.
+        module_path: &'static str,
+        /// The field's dtype.
+        expected: String,
+        /// The tensor's dtype.
+        found: String,
+    },
+
+    /// The module has no field for a tensor of this checkpoint, or computes something else.
+    #[error("{checkpoint} cannot load into this module: {detail}. Fix: {fix}")]
+    ModuleMismatch {
+        /// The checkpoint kind.
+        checkpoint: &'static str,
+        /// What the module lacks.
+        detail: String,
+        /// The config that fits.
+        fix: String,
+    },
+
+    /// burn's store refused the load after the checks passed (a read error midway).
+    #[error("loading {path} failed: {detail}. Fix: check that the file is complete")]
+    LoadFailed {
+        /// The path given.
+        path: String,
+        /// burn's message.
+        detail: String,
+    },
+}
+
+fn found_names(found: &[String], count: usize) -> String {
+    if found.is_empty() {
+        return String::new();
+    }
+    let more = if count > found.len() { ", ..." } else { "" };
+    format!(": {}{more}", found.join(", "))
+}
+
+/// What a load did: which checkpoint key went to which field, and the tensors of the file left
+/// unused (the rest of the model).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The file read.
+    pub path: PathBuf,
+    /// One entry per field loaded.
+    pub tensors: Vec<LoadedTensor>,
+    /// Keys in the file that were not loaded, in the file's (sorted) order.
+    pub unused: Vec<String>,
+}
+
+/// One tensor loaded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedTensor {
+    /// Its key in the checkpoint.
+    pub key: String,
+    /// The field it went to.
+    pub module_path: &'static str,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Its dtype, as burn names it (`F32`, `F16`, ...).
+    pub dtype: String,
+}
+
+impl fmt::Display for Loaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}:", self.path.display())?;
+        for t in &self.tensors {
+            writeln!(
+                f,
+                "  {} {:?} {} -> {}",
+                t.key, t.shape, t.dtype, t.module_path
+            )?;
+        }
+        write!(f, "  {} other tensors left in the file", self.unused.len())
+    }
+}
+
+/// Loads GPT-2's token table (`wte`) and position table (`wpe`) into `embedding`, from a
+/// `.safetensors`, `.bin`, `.pt` or `.pth` file written by transformers (`GPT2Model`,
+/// `GPT2LMHeadModel`, ...). All or nothing: on any error the module is unchanged.
+///
+/// Build the embedding as GPT-2 computes it: `vocab_size` and `d_model` from the checkpoint's
+/// config (`vocab_size`, `n_embd`), a learned table of `n_positions` rows, [`Combine::Add`],
+/// no token scaling. Its forward then equals transformers' `wte(ids) + wpe(positions)`.
+///
+/// # Shapes
+///
+/// - `transformer.wte.weight`: `[vocab_size, d_model]`
+/// - `transformer.wpe.weight`: `[max_len, d_model]`
+///
+/// # Errors
+///
+/// [`PretrainedError`]: a missing file, an unknown extension, a file burn cannot read, a file
+/// that lacks either table, a table of another shape or dtype than the module's, or a module
+/// that is not a learned, additive, unscaled embedding.
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional::pretrained;
+/// use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig};
+///
+/// # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf/pretrained/gpt2.safetensors");
+/// let device = Device::flex();
+/// // The tiny test checkpoint: vocab_size 50, n_embd 16, n_positions 32.
+/// let mut embed = EmbeddingWithPositionConfig::new(50, 16)
+///     .with_scheme(LearnedConfig::new(32).into())
+///     .init(&device);
+/// let loaded = pretrained::gpt2(&mut embed, path).unwrap();
+/// assert_eq!(loaded.tensors[0].key, "transformer.wte.weight");
+/// let ids = Tensor::<2, Int>::from_data([[3, 17, 42]], &device);
+/// assert_eq!(embed.forward(ids).dims(), [1, 3, 16]);
+/// ```
+pub fn gpt2(
+    embedding: &mut EmbeddingWithPosition,
+    path: impl AsRef<Path>,
+) -> Result<Loaded, PretrainedError> {
+    check_embedding(embedding, "GPT-2", "n_positions")?;
+    load(embedding, path.as_ref(), "GPT-2", &GPT2_KEYS)
+}
+
+/// Loads BERT's word embeddings and position embeddings into `embedding`, from a file written
+/// by transformers (`BertModel`, or a task model whose keys start with `bert.`). All or
+/// nothing: on any error the module is unchanged.
+///
+/// Build the embedding from the checkpoint's config: `vocab_size`, `hidden_size` as `d_model`,
+/// a learned table of `max_position_embeddings` rows, [`Combine::Add`], no token scaling. Its
+/// forward then equals `word_embeddings(ids) + position_embeddings(positions)`; BERT's
+/// token-type embeddings and LayerNorm come after that sum and are not loaded.
+///
+/// # Shapes
+///
+/// - `embeddings.word_embeddings.weight`: `[vocab_size, d_model]`
+/// - `embeddings.position_embeddings.weight`: `[max_len, d_model]`
+///
+/// # Errors
+///
+/// As [`gpt2`].
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional::pretrained::{self, PretrainedError};
+/// use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig};
+///
+/// # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf/pretrained/bert.safetensors");
+/// let device = Device::flex();
+/// // The tiny test checkpoint has max_position_embeddings 64: a table of 512 rows does not fit.
+/// let mut embed = EmbeddingWithPositionConfig::new(50, 32)
+///     .with_scheme(LearnedConfig::new(512).into())
+///     .init(&device);
+/// let err = pretrained::bert(&mut embed, path).unwrap_err();
+/// assert!(matches!(err, PretrainedError::ShapeMismatch { .. }));
+/// assert!(err.to_string().contains("LearnedConfig::new(64)"));
+/// ```
+pub fn bert(
+    embedding: &mut EmbeddingWithPosition,
+    path: impl AsRef<Path>,
+) -> Result<Loaded, PretrainedError> {
+    check_embedding(embedding, "BERT", "max_position_embeddings")?;
+    load(embedding, path.as_ref(), "BERT", &BERT_KEYS)
+}
+
+/// Loads one of T5's relative attention bias tables (the encoder's or the decoder's) into
+/// `bias`. All or nothing: on any error the module is unchanged.
+///
+/// Build the table from the checkpoint's config: `T5BiasConfig::new(num_heads)` with
+/// `relative_attention_num_buckets` and `relative_attention_max_distance`. The file holds no
+/// `max_distance`, so a wrong one cannot be detected here: take it from `config.json`. Then
+/// `bias.bias(offset, q_len, k_len, stack.causal())` equals transformers'
+/// `compute_bias(q_len, k_len, past_seen_tokens=offset)`.
+///
+/// # Shapes
+///
+/// - `*.relative_attention_bias.weight`: `[num_buckets, n_heads]`
+///
+/// # Errors
+///
+/// [`PretrainedError`]: a missing file, an unknown extension, a file burn cannot read, a file
+/// without this stack's table, a table of another shape or dtype.
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional::pretrained::{self, T5Stack};
+/// use burn_positional::T5BiasConfig;
+///
+/// # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf/pretrained/t5.safetensors");
+/// let device = Device::flex();
+/// // The tiny test checkpoint: 4 heads, 32 buckets, max_distance 64.
+/// let mut bias = T5BiasConfig::new(4).with_max_distance(64).init(&device);
+/// pretrained::t5(&mut bias, T5Stack::Decoder, path).unwrap();
+/// let causal = T5Stack::Decoder.causal();
+/// assert_eq!(bias.bias(0, 5, 5, causal).dims(), [1, 4, 5, 5]);
+/// ```
+pub fn t5(
+    bias: &mut T5Bias,
+    stack: T5Stack,
+    path: impl AsRef<Path>,
+) -> Result<Loaded, PretrainedError> {
+    load(bias, path.as_ref(), stack.name(), stack.keys())
+}
+
+/// Refuses an embedding that cannot compute `tokens[ids] + table[positions]`.
+fn check_embedding(
+    embedding: &EmbeddingWithPosition,
+    checkpoint: &'static str,
+    max_len_name: &str,
+) -> Result<(), PretrainedError> {
+    let mismatch = |detail: &str, fix: String| PretrainedError::ModuleMismatch {
+        checkpoint,
+        detail: detail.into(),
+        fix,
+    };
+    if !matches!(embedding.position, AbsolutePosition::Learned(_)) {
+        return Err(mismatch(
+            "its positions are a learned table, and this embedding has none",
+            format!(
+                "build the embedding with `.with_scheme(LearnedConfig::new({max_len_name}).into())`"
+            ),
+        ));
+    }
+    if embedding.combine != Combine::Add {
+        return Err(mismatch(
+            "it adds token and position vectors, and this embedding concatenates them",
+            "build the embedding with `Combine::Add` (the default)".into(),
+        ));
+    }
+    if embedding.token_scale != 1.0 {
+        return Err(mismatch(
+            "it does not scale token vectors, and this embedding does",
+            "build the embedding with `scale_tokens` off (the default)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The config change that makes the module's field take a tensor of shape `found`.
+fn shape_fix(module_path: &str, found: &[usize]) -> String {
+    match (module_path, found) {
+        ("tokens", [vocab_size, d_model]) => format!(
+            "build the embedding with `EmbeddingWithPositionConfig::new({vocab_size}, {d_model})` \
+             (the checkpoint's vocabulary size and width)"
+        ),
+        ("position.Learned.table", [max_len, d_model]) => format!(
+            "build the embedding with `LearnedConfig::new({max_len})` and d_model = {d_model} \
+             (the checkpoint's number of positions and width)"
+        ),
+        ("table", [num_buckets, n_heads]) => format!(
+            "build the table with `T5BiasConfig::new({n_heads}).with_num_buckets({num_buckets})` \
+             (the checkpoint's num_heads and relative_attention_num_buckets)"
+        ),
+        _ => format!("build the module so that `{module_path}` has shape {found:?}"),
+    }
+}
+
+/// One of burn's two stores, chosen by extension, set up to match our full field paths.
+enum Store {
+    Safetensors(SafetensorsStore),
+    Pytorch(PytorchStore),
+}
+
+impl Store {
+    fn open(path: &Path) -> Result<Self, PretrainedError> {
+        let shown = path.display().to_string();
+        std::fs::metadata(path).map_err(|err| PretrainedError::FileNotFound {
+            path: shown.clone(),
+            detail: err.to_string(),
+        })?;
+        let extension = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        match extension.as_deref() {
+            Some("safetensors") => Ok(Self::Safetensors(
+                SafetensorsStore::from_file(path).skip_enum_variants(false),
+            )),
+            Some("bin" | "pt" | "pth") => Ok(Self::Pytorch(
+                PytorchStore::from_file(path)
+                    .skip_enum_variants(false)
+                    .map_indices_contiguous(false),
+            )),
+            _ => Err(PretrainedError::UnknownFormat { path: shown }),
+        }
+    }
+
+    fn format(&self) -> &'static str {
+        match self {
+            Self::Safetensors(_) => "safetensors",
+            Self::Pytorch(_) => "PyTorch",
+        }
+    }
+
+    /// Each tensor's key, shape and dtype, read from the file's header (no tensor data).
+    fn header(&mut self) -> Result<BTreeMap<String, (Vec<usize>, String)>, String> {
+        let summarize = |tensors: &BTreeMap<String, burn::store::burn_pack::Tensor>| {
+            tensors
+                .iter()
+                .map(|(k, t)| (k.clone(), (t.shape.to_vec(), format!("{:?}", t.dtype))))
+                .collect()
+        };
+        match self {
+            Self::Safetensors(s) => s
+                .get_all_tensors()
+                .map(summarize)
+                .map_err(|e| e.to_string()),
+            Self::Pytorch(s) => s
+                .get_all_tensors()
+                .map(summarize)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Remaps `key` to `module_path`, loads only those paths, and applies them to `module`.
+    fn apply<M: ModuleSnapshot>(
+        self,
+        module: &mut M,
+        remaps: &[(String, &'static str)],
+    ) -> Result<Vec<String>, String> {
+        let filter = PathFilter::new().with_full_paths(remaps.iter().map(|(_, p)| *p));
+        // Keys hold only [A-Za-z0-9_.]: escaping the dots makes each an exact match.
+        let pattern = |key: &str| format!("^{}$", key.replace('.', r"\."));
+        let result = match self {
+            Self::Safetensors(mut s) => {
+                s = s.filter(filter).allow_partial(false).validate(true);
+                for (key, path) in remaps {
+                    s = s.with_key_remapping(pattern(key), *path);
+                }
+                s.apply_to(module).map_err(|e| e.to_string())?
+            }
+            Self::Pytorch(mut s) => {
+                s = s.filter(filter).allow_partial(false).validate(true);
+                for (key, path) in remaps {
+                    s = s.with_key_remapping(pattern(key), *path);
+                }
+                s.apply_to(module).map_err(|e| e.to_string())?
+            }
+        };
+        if let Some(err) = result.errors.first() {
+            return Err(err.to_string());
+        }
+        Ok(result.applied)
+    }
+}
+
+/// Checks every mapped tensor against `module` (present, shape, dtype), then applies them all
+/// to a clone and replaces `module` with it.
+fn load<M: ModuleSnapshot + Clone>(
+    module: &mut M,
+    path: &Path,
+    checkpoint: &'static str,
+    keys: &[KeyMapping],
+) -> Result<Loaded, PretrainedError> {
+    let shown = path.display().to_string();
+    let mut store = Store::open(path)?;
+    let header = store
+        .header()
+        .map_err(|detail| PretrainedError::Unreadable {
+            path: shown.clone(),
+            format: store.format(),
+            detail,
+        })?;
+
+    // The module's fields: path -> (shape, dtype), from metadata only (no device read).
+    let fields: BTreeMap<String, (Vec<usize>, String)> = module
+        .collect(None, None, false)
+        .into_iter()
+        .map(|t| (t.name.clone(), (t.shape.to_vec(), format!("{:?}", t.dtype))))
+        .collect();
+
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for mapping in keys {
+        match mapping
+            .checkpoint_keys
+            .iter()
+            .find(|k| header.contains_key(**k))
+        {
+            Some(key) => found.push((key.to_string(), mapping.module_path)),
+            None => missing.extend(mapping.checkpoint_keys.iter().map(|k| k.to_string())),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(PretrainedError::MissingTensors {
+            checkpoint,
+            path: shown,
+            missing,
+            found: header.keys().take(8).cloned().collect(),
+            found_count: header.len(),
+        });
+    }
+
+    let mut tensors = Vec::new();
+    for (key, module_path) in &found {
+        let (shape, dtype) = &header[key];
+        let Some((expected_shape, expected_dtype)) = fields.get(*module_path) else {
+            return Err(PretrainedError::ModuleMismatch {
+                checkpoint,
+                detail: format!("the module has no field `{module_path}` for {key}"),
+                fix: shape_fix(module_path, shape),
+            });
+        };
+        if shape != expected_shape {
+            return Err(PretrainedError::ShapeMismatch {
+                path: shown,
+                key: key.clone(),
+                module_path,
+                expected: expected_shape.clone(),
+                found: shape.clone(),
+                fix: shape_fix(module_path, shape),
+            });
+        }
+        if dtype != expected_dtype {
+            return Err(PretrainedError::DTypeMismatch {
+                path: shown,
+                key: key.clone(),
+                module_path,
+                expected: expected_dtype.clone(),
+                found: dtype.clone(),
+            });
+        }
+        tensors.push(LoadedTensor {
+            key: key.clone(),
+            module_path,
+            shape: shape.clone(),
+            dtype: dtype.clone(),
+        });
+    }
+
+    // Applied to a clone: the caller's module changes only if every tensor loaded.
+    let mut loaded = module.clone();
+    let applied =
+        store
+            .apply(&mut loaded, &found)
+            .map_err(|detail| PretrainedError::LoadFailed {
+                path: shown.clone(),
+                detail,
+            })?;
+    if let Some((_, module_path)) = found.iter().find(|(_, p)| !applied.iter().any(|a| a == p)) {
+        return Err(PretrainedError::LoadFailed {
+            path: shown,
+            detail: format!("burn's store did not apply `{module_path}`"),
+        });
+    }
+    *module = loaded;
+
+    let used: Vec<&String> = found.iter().map(|(k, _)| k).collect();
+    Ok(Loaded {
+        path: path.to_path_buf(),
+        tensors,
+        unused: header.into_keys().filter(|k| !used.contains(&k)).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mapping_names_a_field_of_our_modules() {
+        use crate::{EmbeddingWithPositionConfig, LearnedConfig, T5BiasConfig};
+        let device = burn::tensor::Device::flex();
+        let embed = EmbeddingWithPositionConfig::new(4, 2)
+            .with_scheme(LearnedConfig::new(3).into())
+            .init(&device);
+        let paths: Vec<String> = embed
+            .collect(None, None, false)
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        for mapping in GPT2_KEYS.iter().chain(&BERT_KEYS) {
+            assert!(paths.iter().any(|p| p == mapping.module_path), "{paths:?}");
+        }
+        let bias = T5BiasConfig::new(2).init(&device);
+        let paths: Vec<String> = bias
+            .collect(None, None, false)
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        for stack in [T5Stack::Encoder, T5Stack::Decoder] {
+            assert_eq!(paths, [stack.keys()[0].module_path]);
+        }
+    }
+
+    #[test]
+    fn shape_fix_names_the_config_that_fits() {
+        assert!(shape_fix("tokens", &[50257, 768]).contains("new(50257, 768)"));
+        assert!(shape_fix("position.Learned.table", &[1024, 768]).contains("new(1024)"));
+        assert!(shape_fix("table", &[32, 12]).contains("new(12).with_num_buckets(32)"));
+    }
+
+    #[test]
+    fn missing_tensors_message_lists_what_the_file_holds() {
+        let err = PretrainedError::MissingTensors {
+            checkpoint: "GPT-2",
+            path: "x.safetensors".into(),
+            missing: vec!["wte.weight".into()],
+            found: vec!["a".into(), "b".into()],
+            found_count: 3,
+        };
+        let text = err.to_string();
+        assert!(text.contains("holds no wte.weight of GPT-2"), "{text}");
+        assert!(text.contains("3 tensors: a, b, ..."), "{text}");
+    }
+}
