@@ -44,6 +44,12 @@ pub mod guide {
     pub struct Layout;
 }
 
+/// The guide's page on pretrained weights, doc-tested with the `pretrained` feature
+/// (`cargo test -p burn-positional-examples --doc --features pretrained`).
+#[cfg(all(doctest, feature = "pretrained"))]
+#[doc = include_str!("../docs/pretrained.md")]
+pub struct PretrainedDoctests;
+
 /// Compile-time: the example models can be shared by threads and cloned into burn-train's
 /// workers.
 const _: () = {

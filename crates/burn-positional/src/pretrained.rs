@@ -289,7 +289,9 @@ impl fmt::Display for Loaded {
                 t.key, t.shape, t.dtype, t.module_path
             )?;
         }
-        write!(f, "  {} other tensors left in the file", self.unused.len())
+        let n = self.unused.len();
+        let s = if n == 1 { "" } else { "s" };
+        write!(f, "  {n} other tensor{s} left in the file")
     }
 }
 
