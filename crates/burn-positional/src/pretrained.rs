@@ -188,7 +188,8 @@ pub enum PretrainedError {
     /// A tensor's shape differs from the module's field.
     #[error(
         "the tensor {key} in {path} has shape {found:?}, but the module's `{module_path}` has \
-         shape {expected:?}. Fix: {fix}"
+         shape {expected:?}. Fix: {fix}",
+        fix = shape_fix(module_path, found)
     )]
     ShapeMismatch {
         /// The path given.
@@ -201,8 +202,6 @@ pub enum PretrainedError {
         expected: Vec<usize>,
         /// The tensor's shape.
         found: Vec<usize>,
-        /// The config that fits the checkpoint.
-        fix: String,
     },
 
     /// A tensor's dtype differs from the module's field (burn's store would load it as it is,
@@ -624,7 +623,6 @@ fn load<M: ModuleSnapshot + Clone>(
                 module_path,
                 expected: expected_shape.clone(),
                 found: shape.clone(),
-                fix: shape_fix(module_path, shape),
             });
         }
         if dtype != expected_dtype {

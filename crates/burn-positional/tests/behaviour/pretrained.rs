@@ -394,3 +394,37 @@ on_every_device!(
     a_missing_or_unknown_file_is_refused,
     an_embedding_that_computes_something_else_is_refused,
 );
+
+/// Fine-tuning: the loaded tables are trainable parameters, and gradients reach both.
+mod fine_tuning {
+    use super::*;
+
+    pub fn loaded_tables_get_gradients(device: &Device) {
+        let mut embed = learned_embedding(&json("gpt2.json"), device);
+        pretrained::gpt2(&mut embed, fixture("gpt2.safetensors")).unwrap();
+        let x = Tensor::<2, Int>::from_data([[3, 17, 42]], device);
+        let grads = embed.forward(x).sum().backward();
+        let tokens = embed
+            .tokens
+            .grad(&grads)
+            .expect("the loaded token table trains");
+        assert!(tokens.abs().sum().into_scalar::<f32>() > 0.0);
+        let AbsolutePosition::Learned(table) = &embed.position else {
+            unreachable!()
+        };
+        let rows = table
+            .table
+            .grad(&grads)
+            .expect("the loaded position table trains");
+        assert!(rows.abs().sum().into_scalar::<f32>() > 0.0);
+        let mut bias = t5_bias(&json("t5.json"), device);
+        pretrained::t5(&mut bias, T5Stack::Encoder, fixture("t5.safetensors")).unwrap();
+        let grads = bias.bias(0, 4, 4, false).sum().backward();
+        assert!(
+            bias.table.grad(&grads).is_some(),
+            "the loaded T5 table trains"
+        );
+    }
+
+    on_every_autodiff_device!(loaded_tables_get_gradients);
+}
