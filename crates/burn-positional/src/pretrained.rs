@@ -166,10 +166,10 @@ pub enum PretrainedError {
     /// Tensors the checkpoint must hold are not in the file. When none of them is, the file is
     /// probably another model's (or the other T5 stack's).
     #[error(
-        "the checkpoint {path} holds no {missing} of {checkpoint} (it has {found_count} \
-         tensors{found}). Fix: give a {checkpoint} checkpoint, or the loader of the model this \
+        "the checkpoint {path} has no {missing} ({checkpoint} tensors); it has {found_count} \
+         tensors{found}. Fix: give a {checkpoint} checkpoint, or the loader of the model this \
          file is from",
-        missing = missing.join(" or "),
+        missing = missing.join(" and no "),
         found = found_names(.found, *.found_count)
     )]
     MissingTensors {
@@ -177,7 +177,7 @@ pub enum PretrainedError {
         checkpoint: &'static str,
         /// The path given.
         path: String,
-        /// The keys looked for and not found.
+        /// One entry per tensor not found: the keys looked for, joined by ` or `.
         missing: Vec<String>,
         /// The first keys the file does hold (at most 8).
         found: Vec<String>,
@@ -593,7 +593,7 @@ fn load<M: ModuleSnapshot + Clone>(
             .find(|k| header.contains_key(**k))
         {
             Some(key) => found.push((key.to_string(), mapping.module_path)),
-            None => missing.extend(mapping.checkpoint_keys.iter().map(|k| k.to_string())),
+            None => missing.push(mapping.checkpoint_keys.join(" or ")),
         }
     }
     if !missing.is_empty() {
@@ -714,7 +714,7 @@ mod tests {
             found_count: 3,
         };
         let text = err.to_string();
-        assert!(text.contains("holds no wte.weight of GPT-2"), "{text}");
+        assert!(text.contains("has no wte.weight (GPT-2 tensors)"), "{text}");
         assert!(text.contains("3 tensors: a, b, ..."), "{text}");
     }
 }
