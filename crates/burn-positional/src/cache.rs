@@ -166,33 +166,33 @@ impl DeviceKey {
 /// One tensor (or tuple of tensors) grown on demand and shared by clones of a module, with the
 /// [`DeviceKey`] it was made for: a [`Slots`] of one entry, so a request under another key
 /// replaces it.
-pub(crate) struct Grown<T>(Slots<DeviceKey, T>);
+pub(crate) struct Grown<T, K = DeviceKey>(Slots<K, T>);
 
-impl<T> Clone for Grown<T> {
+impl<T, K> Clone for Grown<T, K> {
     fn clone(&self) -> Self {
         Self(self.0.clone())
     }
 }
 
-impl<T> Default for Grown<T> {
+impl<T, K: PartialEq + Clone> Default for Grown<T, K> {
     fn default() -> Self {
         Self(Slots::new(GROWN_TABLES))
     }
 }
 
-impl<T> core::fmt::Debug for Grown<T> {
+impl<T, K: PartialEq + Clone + core::fmt::Debug> core::fmt::Debug for Grown<T, K> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let key = self
             .0
-            .read(|entries| entries.last().map(|(key, _)| key.dtype));
-        write!(f, "Grown({key:?})")
+            .read(|entries| entries.last().map(|(key, _)| format!("{key:?}")));
+        write!(f, "Grown({})", key.as_deref().unwrap_or("empty"))
     }
 }
 
-impl<T> Grown<T> {
+impl<T, K: PartialEq + Clone> Grown<T, K> {
     /// Runs `f` on the entry for `key` (`None` if there is none, or it was made for another
     /// key); whatever `f` leaves in the slot is kept under `key`.
-    pub(crate) fn with<R>(&self, key: &DeviceKey, f: impl FnOnce(&mut Option<T>) -> R) -> R {
+    pub(crate) fn with<R>(&self, key: &K, f: impl FnOnce(&mut Option<T>) -> R) -> R {
         self.0.with(key, f)
     }
 }

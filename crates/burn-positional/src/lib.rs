@@ -29,6 +29,7 @@ mod attention;
 mod cache;
 mod embedding;
 mod error;
+pub mod hf_config;
 mod ids;
 mod learned;
 mod limits;
@@ -59,12 +60,16 @@ pub use cache::CACHED_SQUARES;
 pub use cache::shape_cache_builds;
 pub use embedding::{EmbeddingWithPosition, EmbeddingWithPositionConfig};
 pub use error::PositionError;
+pub use hf_config::{HF_ROPE_TYPES, HfConfigError};
 pub use ids::check_token_ids;
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
 pub use limits::{GROWN_TABLE_VALUES, MAX_TABLE_VALUES};
 pub use materialize::materialize;
 pub use records::read_record;
-pub use rope::{Rope, RopeConfig, RopeLayout, RopeScaling};
+pub use rope::{
+    DynamicScaling, Llama3Scaling, LongRopeScaling, ProportionalScaling, Rope, RopeArithmetic,
+    RopeConfig, RopeLayout, RopeScaling, YarnScaling,
+};
 pub use scheme::{AbsolutePosition, NoPosition, PositionSchemeConfig, Positions};
 pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_frequencies, sinusoid_rows};
 pub use status::KEPT_STATUSES;

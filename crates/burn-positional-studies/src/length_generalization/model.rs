@@ -93,7 +93,7 @@ impl LanguageModel {
     pub fn with_rope_scaling(&self, scaling: RopeScaling) -> Option<Self> {
         let mut model = self.clone();
         for block in &mut model.body.blocks {
-            block.rope = Some(block.rope.as_ref()?.rescaled(scaling));
+            block.rope = Some(block.rope.as_ref()?.rescaled(scaling.clone()));
         }
         Some(model)
     }

@@ -125,7 +125,9 @@ pub fn run_cell(
             let model = if variant == Variant::AsTrained {
                 &model
             } else {
-                scaled = model.with_rope_scaling(scaling).expect("a RoPE model");
+                scaled = model
+                    .with_rope_scaling(scaling.clone())
+                    .expect("a RoPE model");
                 &scaled
             };
             let result = score(model, &examples, device);

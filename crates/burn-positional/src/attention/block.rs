@@ -292,8 +292,19 @@ impl SelfAttention {
         let mut q = split(self.query.forward(x.clone()));
         let mut k = split(self.key.forward(x.clone()));
         let mut v = split(self.value.forward(x));
+        // A rope whose frequencies follow the sequence's length (dynamic, longrope) caches its
+        // keys unrotated and rotates all of them with the current frequencies at every step, so
+        // decoding equals one forward over the whole sequence (see the `rope` module docs).
+        let rotate_after_cache = cache.is_some()
+            && self
+                .rope
+                .as_ref()
+                .is_some_and(|rope| rope.scaling.is_length_dependent());
         if let Some(rope) = &self.rope {
-            (q, k) = (rope.apply(q, offset), rope.apply(k, offset));
+            q = rope.apply(q, offset);
+            if !rotate_after_cache {
+                k = rope.apply(k, offset);
+            }
         }
         if let Some(cache) = cache {
             // Bound to this block and batch: checked in `run` before anything was touched.
@@ -304,6 +315,9 @@ impl SelfAttention {
             cache.keys = Some(k.clone());
             cache.values = Some(v.clone());
             cache.owner = Some((self.id, batch));
+        }
+        if let (true, Some(rope)) = (rotate_after_cache, &self.rope) {
+            k = rope.apply(k, 0); // positions 0..seq_k: the same length, the same frequencies
         }
         let dtype = q.dtype();
         let own = self

@@ -6,8 +6,11 @@ use burn::tensor::Tensor;
 /// with [`SelfAttention::forward_cache`](crate::SelfAttention::forward_cache). One cache per
 /// block.
 ///
-/// Keys are stored after RoPE's rotation. Each step concatenates the new keys and values on
-/// the device (no read).
+/// Keys are stored after RoPE's rotation, except under a rope whose frequencies follow the
+/// sequence's length (`RopeScaling::Dynamic`, `RopeScaling::LongRope`): those are stored before
+/// it and rotated with the current frequencies at every step, so that decoding past the switch
+/// equals one forward over the whole sequence (see [`Rope`](crate::Rope)). Each step
+/// concatenates the new keys and values on the device (no read).
 ///
 /// A cache is bound to the block that filled it (that block and its clones) and to its batch
 /// size: another block, or a batch of another size, is refused with a message before the

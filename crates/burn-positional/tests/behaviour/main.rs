@@ -42,6 +42,7 @@ mod bad_input;
 mod equivariance;
 mod fused;
 mod gradients;
+mod hf_rope;
 mod hostile_sizes;
 mod positions;
 mod pretrained;

@@ -19,13 +19,42 @@
 //! f64 and rounded once, so there is no length limit and far positions stay accurate.
 //!
 //! [`RopeScaling`] stretches a model trained on short sequences to longer ones without
-//! training: position interpolation (Chen et al. 2023) or NTK-aware base scaling (bloc97
-//! 2023). The tables are constants, so a trained model takes it at test time through
-//! [`Rope::rescaled`].
+//! training: position interpolation (Chen et al. 2023), NTK-aware base scaling (bloc97 2023),
+//! and every variant Hugging Face checkpoints configure (`linear`, `dynamic`, `yarn`,
+//! `longrope`, `llama3`, `proportional`), with their attention factor on cos and sin. The
+//! tables are constants, so a trained model takes it at test time through [`Rope::rescaled`];
+//! [`RopeConfig::from_hf_config`] reads it from a checkpoint's `config.json`.
+//!
+//! # Length-dependent variants and cached decoding
+//!
+//! `Dynamic` and `LongRope` pick their frequencies from the length of the sequence being
+//! attended, `L = offset + seq` (transformers' `max(position_ids) + 1`): `LongRope` switches
+//! from `short_factor` to `long_factor` once `L` passes `original_max_position_embeddings`,
+//! `Dynamic` recomputes its base for every `L` past `max_position_embeddings` and uses the
+//! trained frequencies below it. [`Rope::apply`] picks them from `offset + seq` on every call,
+//! with no state carried from earlier calls (transformers keeps the frequencies of the longest
+//! call so far until a call falls below the limit; the two agree on every call of a fresh
+//! module and on every call that shortens below the limit).
+//!
+//! When the frequencies switch during cached decoding, the keys already in a
+//! [`KvCache`](crate::KvCache) were rotated with the old ones. A
+//! [`SelfAttention`](crate::SelfAttention) block with a length-dependent rope therefore caches
+//! its keys *before* rotation and rotates all of them with the current frequencies at every
+//! step: decoding token by token gives exactly what one forward over the whole sequence gives
+//! (transformers caches rotated keys, so its decoding past the switch attends to keys rotated
+//! with the short frequencies). The cost is one rotation of the cached keys per step.
 
 use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::tensor::{Device, Tensor, TensorData};
+
+mod scaling;
+
+use scaling::Regime;
+pub use scaling::{
+    DynamicScaling, Llama3Scaling, LongRopeScaling, ProportionalScaling, RopeArithmetic,
+    RopeScaling, YarnScaling,
+};
 
 use crate::PositionError;
 use crate::cache::{DeviceKey, Grown};
@@ -38,77 +67,6 @@ pub enum RopeLayout {
     Interleaved,
     /// `(x[j], x[j + rotary_dims/2])`: GPT-NeoX, Hugging Face's `rotate_half`.
     HalfSplit,
-}
-
-/// Context extension: how the angles of a model trained on sequences up to some length are
-/// stretched to `factor` times that length, at test time, without training.
-///
-/// ```text
-/// None                 angle(p, j) = p * base^(-2j / d)
-/// Interpolation(s)     angle(p, j) = (p / s) * base^(-2j / d)            (Chen et al. 2023)
-/// NtkAware(s)          angle(p, j) = p * (base * s^(d / (d - 2)))^(-2j / d)   (bloc97 2023)
-/// ```
-///
-/// with `d = rotary_dims`. Interpolation squeezes every position into the trained range (so
-/// neighbours move closer: the highest frequency turns `s` times slower). NTK-aware scaling
-/// raises the base so that the lowest frequency turns `s` times slower and the highest not at
-/// all: near positions keep their trained angles, far ones are interpolated.
-#[derive(Config, Debug, PartialEq, Copy)]
-pub enum RopeScaling {
-    /// The angles as trained.
-    None,
-    /// Position interpolation by this factor (at least 1).
-    Interpolation(f64),
-    /// NTK-aware base scaling by this factor (at least 1; needs `rotary_dims > 2`).
-    NtkAware(f64),
-}
-
-impl RopeScaling {
-    /// The factor, 1 for `None`.
-    pub fn factor(&self) -> f64 {
-        match *self {
-            Self::None => 1.0,
-            Self::Interpolation(s) | Self::NtkAware(s) => s,
-        }
-    }
-
-    /// `(base, position step)` the angles are computed with: `angle(p, j) = (p * step) *
-    /// base^(-2j / rotary_dims)`.
-    pub fn effective(&self, base: f64, rotary_dims: usize) -> (f64, f64) {
-        match *self {
-            Self::None => (base, 1.0),
-            Self::Interpolation(s) => (base, 1.0 / s),
-            Self::NtkAware(s) => {
-                let d = rotary_dims as f64;
-                (base * s.powf(d / (d - 2.0)), 1.0)
-            }
-        }
-    }
-
-    fn validate(&self, rotary_dims: usize) -> Result<(), PositionError> {
-        let factor = self.factor();
-        if !(factor.is_finite() && factor >= 1.0) {
-            return Err(PositionError::InvalidConfig {
-                field: "RopeConfig::scaling",
-                value: format!("{self:?}"),
-                rule: "a context-extension factor is a finite number of at least 1 (the test \
-                       length over the trained length)",
-                fix: "use RopeScaling::None for the trained length, or a factor such as 2.0 \
-                      for twice it"
-                    .into(),
-            });
-        }
-        if matches!(self, Self::NtkAware(_)) && rotary_dims <= 2 {
-            return Err(PositionError::InvalidConfig {
-                field: "RopeConfig::scaling",
-                value: format!("{self:?} with rotary_dims = {rotary_dims}"),
-                rule: "NTK-aware scaling raises the base to the power rotary_dims / \
-                       (rotary_dims - 2), which needs more than 2 rotated dimensions",
-                fix: "rotate at least 4 dimensions, or use RopeScaling::Interpolation".into(),
-            });
-        }
-        Ok(())
-    }
 }
 
 /// Configuration of [`Rope`].
@@ -131,6 +89,11 @@ pub struct RopeConfig {
     /// Context extension applied to the angles. None by default.
     #[config(default = "RopeScaling::None")]
     pub scaling: RopeScaling,
+    /// How the angle tables are rounded: exactly (f64, once) by default, or step by step as
+    /// transformers does ([`RopeArithmetic::Transformers`], what
+    /// [`from_hf_config`](Self::from_hf_config) picks).
+    #[config(default = "RopeArithmetic::Exact")]
+    pub arithmetic: RopeArithmetic,
 }
 
 /// Rotary position embedding for queries and keys. Built by [`RopeConfig::init`]; constant.
@@ -163,7 +126,11 @@ pub struct Rope {
     /// Context extension applied to the angles.
     #[module(skip)]
     pub scaling: RopeScaling,
-    /// Angles past `cache_len`, grown on demand and shared by clones.
+    /// How the angle tables are rounded.
+    #[module(skip)]
+    pub arithmetic: RopeArithmetic,
+    /// Angles past `cache_len`, and the tables of the other frequency sets of a
+    /// length-dependent scaling, grown on demand and shared by clones.
     #[module(skip)]
     grown: GrownAngles,
 }
@@ -182,49 +149,69 @@ impl ModuleDisplay for Rope {
             .add("rotary_dims", &self.rotary_dims)
             .add("base", &self.base)
             .add("layout", &format!("{:?}", self.layout))
-            .add("scaling", &format!("{:?}", self.scaling))
+            .add("scaling", &self.scaling.rope_type().to_string())
             .add("cache_len", &cache_len)
             .optional()
     }
 }
 
-/// Angle tables longer than the precomputed ones: `(cos, sin)`, each `[rows, rotary_dims / 2]`.
+/// Angle tables longer than the precomputed ones, and those of a length-dependent scaling's
+/// other frequency sets: `(cos, sin)`, each `[rows, pairs]`, keyed by device and [`Regime`].
 /// Grown by doubling when a sequence walks past them (cached decoding), so the host computes
 /// each row once, not once per step; never past [`GROWN_TABLE_VALUES`] values.
-type GrownAngles = Grown<(Tensor<2>, Tensor<2>)>;
+type GrownAngles = Grown<(Tensor<2>, Tensor<2>), (DeviceKey, Regime)>;
 
-/// `cos` and `sin` of `p * step * base'^(-2j / rotary_dims)`, row-major
-/// `[positions, rotary_dims / 2]`, evaluated in f64 and rounded once to f32, where `base'` and
-/// `step` are the context extension's (see [`RopeScaling::effective`]).
-fn scaled_angles(
+/// `attention * cos` and `attention * sin` of `p * inv_freq[j]`, row-major `[positions, pairs]`,
+/// rounded as `arithmetic` says: once from f64 (`Exact`), or at every step transformers rounds
+/// to f32 (`position * inv_freq`, cos, the product with the attention factor).
+fn angle_rows(
     positions: std::ops::Range<u64>,
-    rotary_dims: usize,
-    base: f64,
-    scaling: RopeScaling,
+    inv_freq: &[f64],
+    attention: f64,
+    arithmetic: RopeArithmetic,
 ) -> (Vec<f32>, Vec<f32>) {
-    let (base, step) = scaling.effective(base, rotary_dims);
-    // The sinusoidal frequencies base^(-2j/rotary_dims): RoPE rotates by the same angles.
-    let frequencies = crate::sinusoid_frequencies(rotary_dims, base);
     let (mut cos, mut sin) = (Vec::new(), Vec::new());
     for p in positions {
-        for &w in &frequencies {
-            let (s, c) = (p as f64 * step * w).sin_cos();
-            cos.push(c as f32);
-            sin.push(s as f32);
+        for &w in inv_freq {
+            match arithmetic {
+                RopeArithmetic::Exact => {
+                    let (s, c) = (p as f64 * w).sin_cos();
+                    cos.push((c * attention) as f32);
+                    sin.push((s * attention) as f32);
+                }
+                RopeArithmetic::Transformers => {
+                    let angle = (p as f32 * w as f32) as f64;
+                    let (s, c) = angle.sin_cos();
+                    let a = attention as f32;
+                    cos.push(c as f32 * a);
+                    sin.push(s as f32 * a);
+                }
+            }
         }
     }
     (cos, sin)
 }
 
 impl RopeConfig {
-    /// Checks the config: the rotated width must be even, positive and at most `d_head`, and a
-    /// context-extension factor at least 1.
+    /// The formula width of the rotation: `rotary_dims`, or `d_head` when it is `None` or the
+    /// scaling is [`RopeScaling::Proportional`] (which pairs over the whole head).
+    fn formula_dims(&self) -> usize {
+        match self.scaling {
+            RopeScaling::Proportional(_) => self.d_head,
+            _ => self.rotary_dims.unwrap_or(self.d_head),
+        }
+    }
+
+    /// Checks the config: the rotated width must be even (or, with
+    /// [`RopeArithmetic::Transformers`], round up to whole pairs), positive and at most
+    /// `d_head`, and the scaling's parameters valid for it.
     pub fn validate(&self) -> Result<(), PositionError> {
-        let rotary_dims = self.rotary_dims.unwrap_or(self.d_head);
-        if rotary_dims % 2 == 1 {
+        let rotary_dims = self.formula_dims();
+        if rotary_dims % 2 == 1 && self.arithmetic == RopeArithmetic::Exact {
             return Err(PositionError::odd("rotary_dims", rotary_dims));
         }
-        if rotary_dims == 0 || rotary_dims > self.d_head {
+        let width = 2 * RopeScaling::pairs(rotary_dims);
+        if rotary_dims == 0 || width > self.d_head {
             return Err(PositionError::InvalidConfig {
                 field: "RopeConfig::rotary_dims",
                 value: rotary_dims.to_string(),
@@ -235,7 +222,7 @@ impl RopeConfig {
                 ),
             });
         }
-        table_fits("RopeConfig::cache_len", self.cache_len, rotary_dims, || {
+        table_fits("RopeConfig::cache_len", self.cache_len, width, || {
             "lower it to the longest context the model serves".into()
         })?;
         self.scaling.validate(rotary_dims)
@@ -245,20 +232,24 @@ impl RopeConfig {
     ///
     /// # Panics
     ///
-    /// If the rotated width is odd, zero or wider than `d_head`, or the scaling factor is below
-    /// 1 or not finite.
+    /// If the rotated width is odd, zero or wider than `d_head`, or the scaling's parameters
+    /// are invalid (a factor below 1 or not finite, a longrope factor list of the wrong length,
+    /// ...): the message of [`validate`](Self::validate).
     pub fn init(&self, device: &Device) -> Rope {
         if let Err(err) = self.validate() {
             panic!("{err}");
         }
-        let rotary_dims = self.rotary_dims.unwrap_or(self.d_head);
-        let (cos, sin) = scaled_angles(
+        let rotary_dims = self.formula_dims();
+        let (inv_freq, attention) =
+            self.scaling
+                .frequencies(self.base, rotary_dims, 0, self.arithmetic);
+        let (cos, sin) = angle_rows(
             0..self.cache_len as u64,
-            rotary_dims,
-            self.base,
-            self.scaling,
+            &inv_freq,
+            attention,
+            self.arithmetic,
         );
-        let shape = [self.cache_len, rotary_dims / 2];
+        let shape = [self.cache_len, inv_freq.len()];
         Rope {
             cos: Tensor::from_data(TensorData::new(cos, shape), device),
             sin: Tensor::from_data(TensorData::new(sin, shape), device),
@@ -266,7 +257,8 @@ impl RopeConfig {
             rotary_dims,
             base: self.base,
             layout: self.layout,
-            scaling: self.scaling,
+            scaling: self.scaling.clone(),
+            arithmetic: self.arithmetic,
             grown: Grown::default(),
         }
     }
@@ -281,8 +273,33 @@ impl Rope {
             rotary_dims: Some(self.rotary_dims),
             layout: self.layout,
             cache_len: self.cos.dims()[0],
-            scaling: self.scaling,
+            scaling: self.scaling.clone(),
+            arithmetic: self.arithmetic,
         }
+    }
+
+    /// The inverse frequencies of the trained set (`inv_freq` after transformers' `__init__`):
+    /// pair `j` of position `p` turns by `p * inv_freq[j]`. One per rotated pair.
+    pub fn inv_freq(&self) -> Vec<f64> {
+        self.inv_freq_at(0)
+    }
+
+    /// The inverse frequencies a sequence of length `len` (its last position plus one) is
+    /// rotated with: the trained set, except for [`RopeScaling::Dynamic`] past
+    /// `max_position_embeddings` and [`RopeScaling::LongRope`] past
+    /// `original_max_position_embeddings`.
+    pub fn inv_freq_at(&self, len: usize) -> Vec<f64> {
+        self.scaling
+            .frequencies(self.base, self.rotary_dims, len, self.arithmetic)
+            .0
+    }
+
+    /// The factor cos and sin are multiplied by (transformers' `attention_scaling`): 1 except
+    /// for `yarn` and `longrope`.
+    pub fn attention_factor(&self) -> f64 {
+        self.scaling
+            .frequencies(self.base, self.rotary_dims, 0, self.arithmetic)
+            .1
     }
 
     /// This rope with another context extension, its tables rebuilt on the same device: the
@@ -309,48 +326,69 @@ impl Rope {
         self.config().with_scaling(scaling).init(&self.cos.device())
     }
 
-    /// `cos` and `sin` for positions `offset..offset + seq`, each `[seq, rotary_dims / 2]`.
+    /// `cos` and `sin` (times the attention factor) for positions `offset..offset + seq`, each
+    /// `[seq, pairs]`, from the frequency set of a sequence of length `offset + seq`.
     ///
-    /// Within `cache_len`: slices of the precomputed tables. Past it, from a grown table when
-    /// the sequence walks on from what is there (doubled, so decoding token by token computes
-    /// each row once); a far jump is computed for its window alone.
+    /// Within `cache_len` and the trained set: slices of the precomputed tables. Otherwise from
+    /// a grown table of that set when the sequence walks on from what is there (doubled, so
+    /// decoding token by token computes each row once); a far jump is computed for its window
+    /// alone.
     fn angles(&self, offset: usize, seq: usize) -> (Tensor<2>, Tensor<2>) {
-        let [cache_len, half] = self.cos.dims();
+        let [cache_len, pairs] = self.cos.dims();
         let end = offset.checked_add(seq).unwrap_or_else(|| {
             panic!(
                 "rope: positions {offset}..{offset} + {seq} pass usize::MAX. Fix: restart \
                  positions from 0 (a window of the sequence)"
             )
         });
-        let rows = [offset..end, 0..half];
-        if end <= cache_len {
+        let regime = self.scaling.regime(end);
+        let rows = [offset..end, 0..pairs];
+        if regime == Regime::Trained && end <= cache_len {
             return (
                 self.cos.clone().slice(rows.clone()),
                 self.sin.clone().slice(rows),
             );
         }
         let device = self.cos.device();
+        let (inv_freq, attention) = self.scaling.frequencies(
+            self.base,
+            self.rotary_dims,
+            self.scaling.length_of(regime),
+            self.arithmetic,
+        );
         let upload = |range: std::ops::Range<usize>| {
-            let (cos, sin) = scaled_angles(
+            let (cos, sin) = angle_rows(
                 range.start as u64..range.end as u64,
-                self.rotary_dims,
-                self.base,
-                self.scaling,
+                &inv_freq,
+                attention,
+                self.arithmetic,
             );
-            let shape = [range.len(), half];
+            let shape = [range.len(), pairs];
             (
                 Tensor::<2>::from_data(TensorData::new(cos, shape), &device),
                 Tensor::<2>::from_data(TensorData::new(sin, shape), &device),
             )
         };
-        let key = DeviceKey::new(&device, self.cos.dtype());
+        let key = (DeviceKey::new(&device, self.cos.dtype()), regime);
         // Grown tables stop at GROWN_TABLE_VALUES values (both tables together): past that,
         // each call computes its own window, which costs `seq` rows, not the whole prefix.
-        let max_rows = (GROWN_TABLE_VALUES / (2 * half.max(1))).max(cache_len);
+        let max_rows = (GROWN_TABLE_VALUES / (2 * pairs.max(1))).max(cache_len);
+        // The trained set starts from the precomputed rows; another set from none.
+        let precomputed = if regime == Regime::Trained {
+            cache_len
+        } else {
+            0
+        };
         let window = self.grown.with(&key, |grown| {
-            let current = grown.as_ref().map_or(cache_len, |(cos, _)| cos.dims()[0]);
+            let current = grown.as_ref().map_or(precomputed, |(cos, _)| cos.dims()[0]);
             if end > current {
-                let doubled = 2 * current.max(1);
+                let doubled = if let Regime::Length(len) = regime {
+                    len // `Dynamic`'s set of this very length: nothing longer is asked of it.
+                } else if current == 0 {
+                    end.max(cache_len).next_power_of_two()
+                } else {
+                    2 * current
+                };
                 if end > doubled || doubled > max_rows {
                     // A jump far past the tables, or a table that would pass its ceiling.
                     return None;
@@ -384,8 +422,10 @@ impl Rope {
             "rope built for d_head {} got heads {d_head} wide",
             self.d_head
         );
-        let (rot, half) = (self.rotary_dims, self.rotary_dims / 2);
         let (cos, sin) = self.angles(offset, seq);
+        // Whole pairs: an odd partial width (transformers' arithmetic) rounds up.
+        let half = cos.dims()[1];
+        let rot = 2 * half;
         // The tables are f32; rotate in the dtype of x (f16, bf16 models).
         let (cos, sin) = if cos.dtype() == x.dtype() {
             (cos, sin)
@@ -457,11 +497,12 @@ mod tests {
     /// `(cos, sin)` of the angle of pair `j` at position `p`, straight from the papers' formulas
     /// in f64: Chen et al. 2023 (eq. 4) divide the position by the factor; bloc97's NTK-aware
     /// scaling multiplies the base by `s^(d / (d - 2))`.
-    fn reference(p: f64, j: usize, d: usize, base: f64, scaling: RopeScaling) -> (f64, f64) {
-        let (p, base) = match scaling {
+    fn reference(p: f64, j: usize, d: usize, base: f64, scaling: &RopeScaling) -> (f64, f64) {
+        let (p, base) = match *scaling {
             RopeScaling::None => (p, base),
             RopeScaling::Interpolation(s) => (p / s, base),
             RopeScaling::NtkAware(s) => (p, base * s.powf(d as f64 / (d as f64 - 2.0))),
+            _ => unreachable!("the papers' variants only"),
         };
         let angle = p / base.powf(2.0 * j as f64 / d as f64);
         (angle.cos(), angle.sin())
@@ -477,10 +518,12 @@ mod tests {
             RopeScaling::NtkAware(2.0),
             RopeScaling::NtkAware(4.0),
         ] {
-            let (cos, sin) = scaled_angles(0..50, d, 10_000.0, scaling);
+            let (inv_freq, attention) = scaling.frequencies(10_000.0, d, 0, RopeArithmetic::Exact);
+            assert_eq!(attention, 1.0);
+            let (cos, sin) = angle_rows(0..50, &inv_freq, attention, RopeArithmetic::Exact);
             for p in 0..50 {
                 for j in 0..d / 2 {
-                    let (c, s) = reference(p as f64, j, d, 10_000.0, scaling);
+                    let (c, s) = reference(p as f64, j, d, 10_000.0, &scaling);
                     let i = p * d / 2 + j;
                     assert!((cos[i] as f64 - c).abs() < 1e-6, "{scaling:?} p {p} j {j}");
                     assert!((sin[i] as f64 - s).abs() < 1e-6, "{scaling:?} p {p} j {j}");
@@ -492,10 +535,10 @@ mod tests {
     #[test]
     fn ntk_scaling_slows_the_lowest_frequency_by_the_factor_and_keeps_the_highest() {
         let (d, base, s) = (16, 10_000.0, 3.0);
-        let plain = crate::sinusoid_frequencies(d, base);
-        let (ntk_base, step) = RopeScaling::NtkAware(s).effective(base, d);
-        assert_eq!(step, 1.0);
-        let ntk = crate::sinusoid_frequencies(d, ntk_base);
+        let exact = RopeArithmetic::Exact;
+        let plain = RopeScaling::None.frequencies(base, d, 0, exact).0;
+        assert_eq!(plain, crate::sinusoid_frequencies(d, base));
+        let ntk = RopeScaling::NtkAware(s).frequencies(base, d, 0, exact).0;
         assert!((ntk[0] - plain[0]).abs() < 1e-12, "highest frequency kept");
         let last = d / 2 - 1;
         assert!(
@@ -503,8 +546,12 @@ mod tests {
             "lowest slowed by s"
         );
         // Interpolation slows every frequency by s.
-        let (pi_base, step) = RopeScaling::Interpolation(s).effective(base, d);
-        assert_eq!((pi_base, step), (base, 1.0 / s));
+        let pi = RopeScaling::Interpolation(s)
+            .frequencies(base, d, 0, exact)
+            .0;
+        for (p, w) in pi.iter().zip(&plain) {
+            assert!((p * s - w).abs() < 1e-15);
+        }
     }
 
     #[test]

@@ -1,0 +1,747 @@
+//! Reading a Hugging Face `config.json` into a [`RopeConfig`], as transformers reads it
+//! (`RotaryEmbeddingConfigMixin` and `modeling_rope_utils.py`, v5).
+//!
+//! What is read:
+//!
+//! | key | where | used for |
+//! | --- | --- | --- |
+//! | `rope_parameters`, or the older `rope_scaling` (which wins when both are set) | top level | the variant (`rope_type`, or the older `type`; `"default"` when absent) and its parameters |
+//! | `rope_theta` | `rope_parameters`, else top level, else 10 000 | the base |
+//! | `partial_rotary_factor` | `rope_parameters`, else top level, else 1 | `rotary_dims = int(head_dim * factor)` |
+//! | `head_dim`, else `hidden_size / num_attention_heads` | top level | the head width |
+//! | `max_position_embeddings` | top level | `dynamic`'s limit; the default `original_max_position_embeddings` and `factor` |
+//! | `original_max_position_embeddings` | top level (wins), else `rope_parameters`, else `max_position_embeddings` | `llama3`, `yarn`, `longrope` |
+//! | `layer_types` | top level | `rope_parameters` nested per layer type (Gemma 3/4): pick one with [`RopeConfig::from_hf_config_layer`] |
+//!
+//! A key left out takes the default of the model type's transformers config class (`model_type`
+//! names it): `rope_theta` 500 000 for `bitnet`, `partial_rotary_factor` 0.5 for `phi`, a
+//! top-level `original_max_position_embeddings` of 4096 for `phi3`, and so on, from a table
+//! written by `tools/hf_rope_fixtures.py` (82 model types of transformers 5.24); other types
+//! take the generic 10 000, 1 and none. With `rope_type: "default"`, the model types whose own
+//! rotary module ignores `partial_rotary_factor` (Llama, Qwen 2, Mistral and 160 others, listed
+//! by the same script) rotate the whole head, as they do in transformers. GPT-NeoX reads its own keys, `rotary_emb_base` and
+//! `rotary_pct`, instead of `rope_theta` / `partial_rotary_factor`. Anything missing, of the wrong type, unknown (an
+//! unknown `rope_type` included) or inconsistent is a [`HfConfigError`] naming the field; a
+//! missing optional field takes transformers' default, never a guess of ours.
+
+use serde_json::{Map, Value};
+
+use crate::PositionError;
+use crate::rope::{
+    DynamicScaling, Llama3Scaling, LongRopeScaling, ProportionalScaling, RopeArithmetic,
+    RopeConfig, RopeLayout, RopeScaling, YarnScaling,
+};
+
+mod defaults;
+
+/// The `rope_type`s transformers knows and this reader follows.
+pub const HF_ROPE_TYPES: [&str; 7] = [
+    "default",
+    "linear",
+    "dynamic",
+    "yarn",
+    "longrope",
+    "llama3",
+    "proportional",
+];
+
+/// Precomputed rows of a config read from a checkpoint: `max_position_embeddings`, at most
+/// this many (longer sequences grow the tables on demand).
+const HF_CACHE_LEN: usize = 4096;
+
+/// Why a `config.json` could not be read into a [`RopeConfig`].
+#[derive(Debug, thiserror::Error)]
+pub enum HfConfigError {
+    /// The file could not be read.
+    #[error("could not read {path}: {message}. Fix: pass the path of the checkpoint's config.json")]
+    Io {
+        /// The path given.
+        path: String,
+        /// What the system said.
+        message: String,
+    },
+    /// The text is not a JSON object.
+    #[error(
+        "config.json is not a JSON object: {message}. Fix: pass the text of the checkpoint's config.json"
+    )]
+    Json {
+        /// What the parser said.
+        message: String,
+    },
+    /// A field transformers requires is absent.
+    #[error("config.json: `{field}` is missing; {needed_for}. Fix: {fix}")]
+    Missing {
+        /// The field, with its path (`rope_parameters.factor`).
+        field: String,
+        /// What needs it.
+        needed_for: String,
+        /// How to fix it.
+        fix: String,
+    },
+    /// A field holds a value of the wrong type.
+    #[error("config.json: `{field}` is {found}, expected {expected}. Fix: write it as {expected}")]
+    WrongType {
+        /// The field, with its path.
+        field: String,
+        /// What was expected.
+        expected: &'static str,
+        /// What was found (the JSON value).
+        found: String,
+    },
+    /// A `rope_type` transformers has no formula for here.
+    #[error(
+        "config.json: `{field}` is \"{found}\", which is not a rope_type this reader knows \
+         (known: {known}). Fix: use one of them, or build the RopeConfig by hand",
+        known = HF_ROPE_TYPES.join(", ")
+    )]
+    UnknownRopeType {
+        /// `rope_parameters.rope_type` or `rope_scaling.type`.
+        field: String,
+        /// The value found.
+        found: String,
+    },
+    /// `rope_parameters` is nested per layer type and no (or an unknown) layer type was asked for.
+    #[error(
+        "config.json: `rope_parameters` holds one entry per layer type ({available}); {asked}. \
+         Fix: read it with RopeConfig::from_hf_config_layer(json, \"<layer type>\"), one of: \
+         {available}"
+    )]
+    LayerType {
+        /// The layer types present.
+        available: String,
+        /// What was asked.
+        asked: String,
+    },
+    /// Values that cannot go together, or a value out of range.
+    #[error("config.json: `{field}` is {value}: {rule}. Fix: {fix}")]
+    Inconsistent {
+        /// The field, with its path.
+        field: String,
+        /// The value found.
+        value: String,
+        /// The rule it breaks.
+        rule: String,
+        /// How to fix it.
+        fix: String,
+    },
+    /// The config read is refused by [`RopeConfig::validate`].
+    #[error("config.json gives a rope the layer refuses: {0}")]
+    Invalid(#[from] PositionError),
+}
+
+/// The fields of one object, with the path they are reported under.
+struct Fields<'a> {
+    map: &'a Map<String, Value>,
+    path: &'static str,
+}
+
+impl<'a> Fields<'a> {
+    fn name(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    /// The value under `key`, `None` when absent or `null`.
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    fn f64(&self, key: &str) -> Result<Option<f64>, HfConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.wrong(key, "a number", v)),
+        }
+    }
+
+    fn usize(&self, key: &str) -> Result<Option<usize>, HfConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(|n| Some(n as usize))
+                .ok_or_else(|| self.wrong(key, "a non-negative integer", v)),
+        }
+    }
+
+    fn bool(&self, key: &str) -> Result<Option<bool>, HfConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| self.wrong(key, "true or false", v)),
+        }
+    }
+
+    fn list(&self, key: &str) -> Result<Option<Vec<f64>>, HfConfigError> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let wrong = || self.wrong(key, "a list of numbers", v);
+        v.as_array()
+            .ok_or_else(wrong)?
+            .iter()
+            .map(|x| x.as_f64().ok_or_else(wrong))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    fn required<T>(
+        &self,
+        key: &str,
+        value: Option<T>,
+        needed_for: &str,
+    ) -> Result<T, HfConfigError> {
+        value.ok_or_else(|| HfConfigError::Missing {
+            field: self.name(key),
+            needed_for: needed_for.to_string(),
+            fix: format!("add `{key}` as transformers' config class writes it"),
+        })
+    }
+
+    fn wrong(&self, key: &str, expected: &'static str, found: &Value) -> HfConfigError {
+        HfConfigError::WrongType {
+            field: self.name(key),
+            expected,
+            found: found.to_string(),
+        }
+    }
+}
+
+impl RopeConfig {
+    /// Reads the rotary settings of a Hugging Face `config.json` (its text) as transformers
+    /// does: the variant and its parameters, the base, the head width, partial rotation. The
+    /// result uses the half-split layout of Hugging Face checkpoints and
+    /// [`RopeArithmetic::Transformers`], so it rotates exactly as the checkpoint was trained.
+    /// See the [module docs](crate::hf_config) for every key read and its default.
+    ///
+    /// ```
+    /// use burn_positional::{RopeConfig, RopeScaling};
+    ///
+    /// // Llama 3.1 8B's config.json (the rotary part).
+    /// let json = r#"{
+    ///     "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+    ///     "max_position_embeddings": 131072, "rope_theta": 500000.0,
+    ///     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+    ///                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    /// }"#;
+    /// let config = RopeConfig::from_hf_config(json).unwrap();
+    /// assert_eq!((config.d_head, config.base), (128, 500000.0));
+    /// assert!(matches!(config.scaling, RopeScaling::Llama3(_)));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A [`HfConfigError`] naming the field: not JSON, a required field missing (`factor` of
+    /// `linear`, `dynamic`, `yarn`, `llama3`; `short_factor`/`long_factor` of `longrope`; the
+    /// head width), a field of the wrong type, an unknown `rope_type`, parameters nested per
+    /// layer type (use [`from_hf_config_layer`](Self::from_hf_config_layer)), or a config
+    /// [`validate`](Self::validate) refuses.
+    pub fn from_hf_config(json: &str) -> Result<RopeConfig, HfConfigError> {
+        read(json, None)
+    }
+
+    /// As [`from_hf_config`](Self::from_hf_config), for configs whose `rope_parameters` hold one
+    /// entry per layer type (`"full_attention"`, `"sliding_attention"` in Gemma 3 and 4): the
+    /// entry of `layer_type`. A config with one flat entry gives it for every layer type.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_hf_config`](Self::from_hf_config); an unknown layer type, or one whose entry
+    /// is `null` (no rotation in those layers), is [`HfConfigError::LayerType`].
+    pub fn from_hf_config_layer(json: &str, layer_type: &str) -> Result<RopeConfig, HfConfigError> {
+        read(json, Some(layer_type))
+    }
+
+    /// [`from_hf_config`](Self::from_hf_config) of a file: the checkpoint's `config.json`.
+    ///
+    /// # Errors
+    ///
+    /// [`HfConfigError::Io`] naming the path if it cannot be read; then as
+    /// [`from_hf_config`](Self::from_hf_config).
+    pub fn from_hf_config_file(
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<RopeConfig, HfConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|err| HfConfigError::Io {
+            path: path.display().to_string(),
+            message: err.to_string(),
+        })?;
+        Self::from_hf_config(&text)
+    }
+}
+
+fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigError> {
+    let value: Value = serde_json::from_str(json).map_err(|err| HfConfigError::Json {
+        message: err.to_string(),
+    })?;
+    let root_map = value.as_object().ok_or_else(|| HfConfigError::Json {
+        message: format!("found {}", kind(&value)),
+    })?;
+    let root = Fields {
+        map: root_map,
+        path: "",
+    };
+    let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or("");
+
+    // `rope_scaling or rope_parameters`: the older spelling wins when it is a non-empty object.
+    let (params_key, params) = match (root.get("rope_scaling"), root.get("rope_parameters")) {
+        (Some(Value::Object(m)), _) if !m.is_empty() => ("rope_scaling", Some(m)),
+        (Some(v @ (Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Array(_))), _) => {
+            return Err(root.wrong("rope_scaling", "an object", v));
+        }
+        (_, Some(Value::Object(m))) => ("rope_parameters", Some(m)),
+        (_, Some(v)) => return Err(root.wrong("rope_parameters", "an object", v)),
+        _ => ("rope_parameters", None),
+    };
+    let empty = Map::new();
+    let mut params = params.unwrap_or(&empty);
+
+    // Nested per layer type: keys that are among `layer_types`.
+    let layer_types: Vec<&str> = root
+        .get("layer_types")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let nested: Vec<&String> = params
+        .keys()
+        .filter(|k| layer_types.contains(&k.as_str()))
+        .collect();
+    if !nested.is_empty() {
+        let available = nested
+            .iter()
+            .map(|k| format!("\"{k}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let Some(layer) = layer_type else {
+            return Err(HfConfigError::LayerType {
+                available,
+                asked: "no layer type was given".into(),
+            });
+        };
+        params = match params.get(layer) {
+            Some(Value::Object(m)) => m,
+            Some(Value::Null) => {
+                return Err(HfConfigError::LayerType {
+                    available,
+                    asked: format!("\"{layer}\" is null there: those layers do not rotate"),
+                });
+            }
+            Some(v) => return Err(root.wrong(&format!("{params_key}.{layer}"), "an object", v)),
+            None => {
+                return Err(HfConfigError::LayerType {
+                    available,
+                    asked: format!("\"{layer}\" is not one of them"),
+                });
+            }
+        };
+    }
+    let rope = Fields {
+        map: params,
+        path: if params_key == "rope_scaling" {
+            "rope_scaling"
+        } else {
+            "rope_parameters"
+        },
+    };
+
+    // The base: GPT-NeoX's `rotary_emb_base`, else `rope_theta` (nested, then top level).
+    let top_theta = if model_type == "gpt_neox" {
+        root.f64("rotary_emb_base")?
+    } else {
+        root.f64("rope_theta")?
+    };
+    // The config class's defaults for what the file leaves out.
+    let (default_theta, default_partial, default_original) = defaults::MODEL_DEFAULTS
+        .iter()
+        .find(|(name, ..)| *name == model_type)
+        .map_or((10_000.0, None, None), |&(_, theta, partial, original)| {
+            (theta, partial, original)
+        });
+    let base = rope
+        .f64("rope_theta")?
+        .or(top_theta)
+        .unwrap_or(default_theta);
+    // Partial rotation: GPT-NeoX's `rotary_pct`, else `partial_rotary_factor`.
+    let top_partial = if model_type == "gpt_neox" {
+        root.f64("rotary_pct")?
+    } else {
+        root.f64("partial_rotary_factor")?
+    };
+    let partial = rope
+        .f64("partial_rotary_factor")?
+        .or(top_partial)
+        .or(default_partial)
+        .unwrap_or(1.0);
+
+    let rope_type_key = if rope.get("rope_type").is_some() {
+        "rope_type"
+    } else {
+        "type"
+    };
+    let rope_type = match rope.get(rope_type_key) {
+        None => "default",
+        Some(Value::String(s)) => s.as_str(),
+        Some(v) => return Err(rope.wrong(rope_type_key, "a string", v)),
+    };
+
+    let d_head = match root.usize("head_dim")? {
+        Some(d) if d > 0 => d,
+        _ => {
+            let needed = "the head width is head_dim, or hidden_size / num_attention_heads";
+            let hidden = root.required("hidden_size", root.usize("hidden_size")?, needed)?;
+            let heads = root.required(
+                "num_attention_heads",
+                root.usize("num_attention_heads")?,
+                needed,
+            )?;
+            if heads == 0 {
+                return Err(HfConfigError::Inconsistent {
+                    field: "num_attention_heads".into(),
+                    value: "0".into(),
+                    rule: "the head width hidden_size / num_attention_heads needs a head".into(),
+                    fix: "set num_attention_heads, or head_dim".into(),
+                });
+            }
+            hidden / heads
+        }
+    };
+    if !(partial.is_finite() && partial > 0.0 && partial <= 1.0) {
+        return Err(HfConfigError::Inconsistent {
+            field: rope.name("partial_rotary_factor"),
+            value: partial.to_string(),
+            rule: "the share of each head that rotates lies in (0, 1]".into(),
+            fix: "use a value such as 0.25, 0.5 or 1.0".into(),
+        });
+    }
+    // `int(head_dim * partial_rotary_factor)`.
+    let rotary_dims = (d_head as f64 * partial) as usize;
+    let max_positions = root.usize("max_position_embeddings")?;
+    let needs_max = |what: &str| {
+        root.required(
+            "max_position_embeddings",
+            max_positions,
+            &format!("{rope_type} needs it for {what}"),
+        )
+    };
+    // Top level wins (Phi-3 keeps it there; its class defaults it to 4096), then
+    // rope_parameters, then max_position_embeddings.
+    let original = || -> Result<usize, HfConfigError> {
+        match root
+            .usize("original_max_position_embeddings")?
+            .or(default_original)
+        {
+            Some(n) => Ok(n),
+            None => match rope.usize("original_max_position_embeddings")? {
+                Some(n) => Ok(n),
+                None => needs_max("the default original_max_position_embeddings"),
+            },
+        }
+    };
+    let factor = |needed_for: &str| rope.required("factor", rope.f64("factor")?, needed_for);
+
+    let scaling = match rope_type {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Interpolation(factor("linear divides the frequencies by it")?),
+        "dynamic" => RopeScaling::Dynamic(DynamicScaling {
+            factor: factor("dynamic scales the base by it")?,
+            max_position_embeddings: needs_max("the length past which the base grows")?,
+        }),
+        "yarn" => {
+            let original = original()?;
+            // `factor` is required; `null` means max_position_embeddings / original.
+            if !rope.map.contains_key("factor") {
+                return Err(rope
+                    .required::<f64>("factor", None, "yarn's ramp and attention factor use it")
+                    .unwrap_err());
+            }
+            let factor = match rope.f64("factor")? {
+                Some(f) => f,
+                None => needs_max("the default factor")? as f64 / original as f64,
+            };
+            // `get("truncate", True)`: absent is true, `null` is false.
+            let truncate = match rope.map.get("truncate") {
+                None => true,
+                Some(_) => rope.bool("truncate")?.unwrap_or(false),
+            };
+            RopeScaling::Yarn(YarnScaling {
+                factor,
+                original_max_position_embeddings: original,
+                attention_factor: rope.f64("attention_factor")?,
+                beta_fast: rope.f64("beta_fast")?,
+                beta_slow: rope.f64("beta_slow")?,
+                mscale: rope.f64("mscale")?,
+                mscale_all_dim: rope.f64("mscale_all_dim")?,
+                truncate,
+            })
+        }
+        "longrope" => {
+            let original = original()?;
+            let needed = "longrope scales each frequency by it";
+            let short_factor = rope.required("short_factor", rope.list("short_factor")?, needed)?;
+            let long_factor = rope.required("long_factor", rope.list("long_factor")?, needed)?;
+            let factor = match rope.f64("factor")? {
+                Some(f) => f,
+                None => needs_max("the default factor")? as f64 / original as f64,
+            };
+            RopeScaling::LongRope(LongRopeScaling {
+                short_factor,
+                long_factor,
+                original_max_position_embeddings: original,
+                factor,
+                attention_factor: rope.f64("attention_factor")?,
+            })
+        }
+        "llama3" => {
+            let needed = "llama3's wavelength bands use it";
+            RopeScaling::Llama3(Llama3Scaling {
+                factor: factor(needed)?,
+                low_freq_factor: rope.required(
+                    "low_freq_factor",
+                    rope.f64("low_freq_factor")?,
+                    needed,
+                )?,
+                high_freq_factor: rope.required(
+                    "high_freq_factor",
+                    rope.f64("high_freq_factor")?,
+                    needed,
+                )?,
+                original_max_position_embeddings: original()?,
+            })
+        }
+        "proportional" => RopeScaling::Proportional(ProportionalScaling {
+            partial_rotary_factor: partial,
+            factor: rope.f64("factor")?.unwrap_or(1.0),
+        }),
+        other => {
+            return Err(HfConfigError::UnknownRopeType {
+                field: rope.name(rope_type_key),
+                found: other.to_string(),
+            });
+        }
+    };
+    let rotary_dims = match scaling {
+        RopeScaling::Proportional(_) => d_head,
+        // Llama, Qwen 2, Mistral, ...: their own default ignores partial_rotary_factor.
+        RopeScaling::None if defaults::DEFAULT_IGNORES_PARTIAL.contains(&model_type) => d_head,
+        _ => rotary_dims,
+    };
+    let config = RopeConfig::new(d_head)
+        .with_base(base)
+        .with_rotary_dims(Some(rotary_dims))
+        .with_layout(RopeLayout::HalfSplit)
+        .with_cache_len(max_positions.unwrap_or(HF_CACHE_LEN).clamp(1, HF_CACHE_LEN))
+        .with_scaling(scaling)
+        .with_arithmetic(RopeArithmetic::Transformers);
+    config.validate()?;
+    Ok(config)
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(json: &str) -> String {
+        RopeConfig::from_hf_config(json).unwrap_err().to_string()
+    }
+
+    const HEADS: &str =
+        r#""hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 128"#;
+
+    #[test]
+    fn an_unknown_rope_type_is_an_error_naming_it_and_the_known_ones() {
+        let message = error(&format!(
+            r#"{{{HEADS}, "rope_scaling": {{"type": "su", "factor": 2.0}}}}"#
+        ));
+        assert!(
+            message.contains("`rope_scaling.type` is \"su\""),
+            "{message}"
+        );
+        assert!(message.contains("yarn, longrope, llama3"), "{message}");
+        let message = error(&format!(
+            r#"{{{HEADS}, "rope_parameters": {{"rope_type": "axial"}}}}"#
+        ));
+        assert!(
+            message.contains("`rope_parameters.rope_type` is \"axial\""),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn missing_fields_are_named_with_what_needs_them() {
+        for (params, field) in [
+            (r#"{"rope_type": "linear"}"#, "rope_parameters.factor"),
+            (r#"{"rope_type": "dynamic"}"#, "rope_parameters.factor"),
+            (
+                r#"{"rope_type": "yarn", "original_max_position_embeddings": 64}"#,
+                "rope_parameters.factor",
+            ),
+            (
+                r#"{"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0}"#,
+                "rope_parameters.low_freq_factor",
+            ),
+            (
+                r#"{"rope_type": "longrope", "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}"#,
+                "rope_parameters.short_factor",
+            ),
+        ] {
+            let message = error(&format!(r#"{{{HEADS}, "rope_parameters": {params}}}"#));
+            assert!(
+                message.contains(&format!("`{field}` is missing")),
+                "{params}: {message}"
+            );
+        }
+        let message = error(r#"{"hidden_size": 64}"#);
+        assert!(
+            message.contains("`num_attention_heads` is missing"),
+            "{message}"
+        );
+        let message = error(
+            r#"{"num_attention_heads": 4, "rope_scaling": {"type": "dynamic", "factor": 2}, "hidden_size": 64}"#,
+        );
+        assert!(
+            message.contains("`max_position_embeddings` is missing"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn wrong_types_and_inconsistent_values_are_named() {
+        let message = error(&format!(r#"{{{HEADS}, "rope_theta": "10000"}}"#));
+        assert!(
+            message.contains("`rope_theta` is \"10000\", expected a number"),
+            "{message}"
+        );
+        let message = error(&format!(
+            r#"{{{HEADS}, "rope_parameters": {{"rope_type": "longrope", "short_factor": [1, 2],
+                "long_factor": [1, 2], "original_max_position_embeddings": 32}}}}"#
+        ));
+        assert!(
+            message.contains("short_factor of 2") && message.contains("give 8 factors"),
+            "{message}"
+        );
+        let message = error(&format!(r#"{{{HEADS}, "partial_rotary_factor": 1.5}}"#));
+        assert!(
+            message.contains("partial_rotary_factor` is 1.5"),
+            "{message}"
+        );
+        let message = error("[1, 2]");
+        assert!(message.contains("not a JSON object"), "{message}");
+        let message = RopeConfig::from_hf_config_file("/nonexistent/config.json")
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("/nonexistent/config.json"), "{message}");
+    }
+
+    #[test]
+    fn per_layer_parameters_are_read_by_layer_type() {
+        let json = format!(
+            r#"{{{HEADS}, "layer_types": ["sliding_attention", "full_attention"],
+                "rope_parameters": {{
+                    "sliding_attention": {{"rope_type": "default", "rope_theta": 10000.0}},
+                    "full_attention": {{"rope_type": "proportional", "rope_theta": 1000000.0,
+                                        "partial_rotary_factor": 0.25}}}}}}"#
+        );
+        let message = error(&json);
+        assert!(
+            message.contains("\"full_attention\", \"sliding_attention\"")
+                && message.contains("from_hf_config_layer"),
+            "{message}"
+        );
+        let full = RopeConfig::from_hf_config_layer(&json, "full_attention").unwrap();
+        assert_eq!((full.base, full.rotary_dims), (1e6, Some(16)));
+        assert!(matches!(full.scaling, RopeScaling::Proportional(_)));
+        let sliding = RopeConfig::from_hf_config_layer(&json, "sliding_attention").unwrap();
+        assert_eq!(
+            (sliding.base, sliding.scaling),
+            (10_000.0, RopeScaling::None)
+        );
+        let message = RopeConfig::from_hf_config_layer(&json, "global")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("\"global\" is not one of them"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn transformers_defaults_fill_what_the_file_leaves_out() {
+        // Generic: theta 10 000, whole head, half-split, transformers' arithmetic.
+        let plain = RopeConfig::from_hf_config(&format!("{{{HEADS}}}")).unwrap();
+        assert_eq!(
+            (plain.d_head, plain.base, plain.rotary_dims),
+            (16, 10_000.0, Some(16))
+        );
+        assert_eq!(
+            (plain.layout, plain.arithmetic),
+            (RopeLayout::HalfSplit, RopeArithmetic::Transformers)
+        );
+        // The model type's class defaults.
+        let phi =
+            RopeConfig::from_hf_config(&format!(r#"{{"model_type": "phi", {HEADS}}}"#)).unwrap();
+        assert_eq!(phi.rotary_dims, Some(8));
+        let neox = RopeConfig::from_hf_config(&format!(r#"{{"model_type": "gpt_neox", {HEADS}}}"#))
+            .unwrap();
+        assert_eq!(neox.rotary_dims, Some(4));
+        let bitnet =
+            RopeConfig::from_hf_config(&format!(r#"{{"model_type": "bitnet", {HEADS}}}"#)).unwrap();
+        assert_eq!(bitnet.base, 500_000.0);
+        // Llama's own default ignores partial_rotary_factor; its linear scaling does not.
+        let llama = |params: &str| {
+            RopeConfig::from_hf_config(&format!(
+                r#"{{"model_type": "llama", {HEADS}, "partial_rotary_factor": 0.5 {params}}}"#
+            ))
+            .unwrap()
+        };
+        assert_eq!(llama("").rotary_dims, Some(16));
+        assert_eq!(
+            llama(r#", "rope_scaling": {"type": "linear", "factor": 2}"#).rotary_dims,
+            Some(8)
+        );
+        // yarn: `truncate` absent is true, null is false; `factor: null` is max / original.
+        let yarn = |extra: &str| {
+            let json = format!(
+                r#"{{{HEADS}, "rope_scaling": {{"type": "yarn", "factor": null,
+                    "original_max_position_embeddings": 32 {extra}}}}}"#
+            );
+            match RopeConfig::from_hf_config(&json).unwrap().scaling {
+                RopeScaling::Yarn(y) => y,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!((yarn("").truncate, yarn("").factor), (true, 4.0));
+        assert!(!yarn(r#", "truncate": null"#).truncate);
+        // Phi-3 keeps original_max_position_embeddings at the top level; it wins.
+        let phi3 = RopeConfig::from_hf_config(&format!(
+            r#"{{"model_type": "phi3", {HEADS}, "original_max_position_embeddings": 16,
+                "rope_scaling": {{"type": "longrope", "short_factor": [1,1,1,1,1,1,1,1],
+                "long_factor": [2,2,2,2,2,2,2,2], "original_max_position_embeddings": 64}}}}"#
+        ))
+        .unwrap();
+        let RopeScaling::LongRope(long) = phi3.scaling else {
+            panic!()
+        };
+        assert_eq!(
+            (long.original_max_position_embeddings, long.factor),
+            (16, 8.0)
+        );
+    }
+}

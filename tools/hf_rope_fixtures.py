@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""RoPE fixtures from Hugging Face transformers, for `crates/burn-positional/tests/behaviour/hf_rope.rs`.
+
+Run by hand, never by CI (CI runs only the Rust side against the committed JSON):
+
+    pip install torch transformers safetensors
+    python3 tools/hf_rope_fixtures.py
+
+For every case below it builds the model's own config class from a `config.json` dict
+(`AutoConfig.for_model`), then the model's own rotary module (`LlamaRotaryEmbedding`,
+`GPTNeoXRotaryEmbedding`, `Qwen2RotaryEmbedding`, `Phi3RotaryEmbedding`), and writes what
+transformers computes: the module's `inv_freq` and `attention_scaling` after `__init__`, and for
+each window of positions a random `q` `[1, n_heads, seq, head_dim]` rotated by the model's
+`apply_rotary_pos_emb` with the cos and sin the module returns for those positions. Each window
+uses a fresh rotary module, so the length-dependent types (`dynamic`, `longrope`) see only that
+call's positions (`seq_len = max(position_ids) + 1`), as on a first call.
+
+The cases are small (head_dim 8 to 24, short original contexts) so that every branch of every
+formula in `modeling_rope_utils.py` is hit: all three llama3 bands, the yarn ramp's interior and
+edges with and without `truncate`, `mscale`/`mscale_all_dim`, an explicit `attention_factor`,
+longrope on both sides of `original_max_position_embeddings`, dynamic below, at and past
+`max_position_embeddings`, partial rotation (even and odd widths), proportional, and the older
+`rope_scaling` / `type` spelling.
+"""
+
+import importlib
+import json
+import math
+import pathlib
+
+import torch
+import transformers
+
+OUT = pathlib.Path(__file__).resolve().parent.parent / "crates/burn-positional/tests/fixtures/hf/rope"
+
+ROTARY = {
+    "llama": ("llama", "LlamaRotaryEmbedding"),
+    "gpt_neox": ("gpt_neox", "GPTNeoXRotaryEmbedding"),
+    "qwen2": ("qwen2", "Qwen2RotaryEmbedding"),
+    "phi3": ("phi3", "Phi3RotaryEmbedding"),
+    "phi": ("phi", "PhiRotaryEmbedding"),
+}
+
+LONG_FACTOR = [1.0, 1.25, 1.5, 2.0, 3.0, 5.5, 8.0, 12.0]
+SHORT_FACTOR = [1.0, 1.0, 1.02, 1.05, 1.1, 1.2, 1.3, 1.5]
+
+# (name, config.json, windows as (offset, seq), what it checks)
+CASES = [
+    ("default_llama", {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 2,
+                       "max_position_embeddings": 64, "rope_theta": 10000.0},
+     [(0, 4), (97, 4)], "default inv_freq, head_dim from hidden_size / num_attention_heads"),
+    ("default_llama3_8b_theta", {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                                 "head_dim": 16, "max_position_embeddings": 8192,
+                                 "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
+     [(0, 4), (61, 3)], "rope_parameters spelling, explicit head_dim, theta 500000"),
+    ("default_partial_phi", {"model_type": "phi", "hidden_size": 40, "num_attention_heads": 2,
+                             "max_position_embeddings": 64, "rope_theta": 10000.0,
+                             "partial_rotary_factor": 0.4},
+     [(0, 3), (70, 3)], "partial rotation (phi-2's 0.4): 8 of 20 dimensions"),
+    ("default_partial_phi_class_default", {"model_type": "phi", "hidden_size": 32, "num_attention_heads": 2,
+                                           "max_position_embeddings": 64},
+     [(9, 2)], "phi without partial_rotary_factor: transformers' PhiConfig default 0.5"),
+    ("default_partial_odd", {"model_type": "phi", "hidden_size": 40, "num_attention_heads": 2,
+                             "max_position_embeddings": 64, "partial_rotary_factor": 0.25},
+     [(5, 3)], "odd partial width int(20 * 0.25) = 5: three pairs, exponents over 5"),
+    ("default_gpt_neox", {"model_type": "gpt_neox", "hidden_size": 48, "num_attention_heads": 2,
+                          "max_position_embeddings": 64, "rotary_emb_base": 5000, "rotary_pct": 0.5,
+                          "rope_theta": 123.0, "partial_rotary_factor": 1.0},
+     [(3, 3)], "GPT-NeoX's own keys rotary_emb_base and rotary_pct win over rope_theta / partial_rotary_factor"),
+    ("linear_old_spelling", {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 2,
+                             "max_position_embeddings": 256, "rope_theta": 10000.0,
+                             "rope_scaling": {"type": "linear", "factor": 4.0}},
+     [(0, 3), (130, 3)], "rope_scaling with `type`: inv_freq / factor"),
+    ("dynamic", {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 2,
+                 "max_position_embeddings": 32, "rope_theta": 10000.0,
+                 "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}},
+     [(0, 4), (28, 4), (29, 4), (60, 4), (150, 2)],
+     "below, at (seq_len 32) and past max_position_embeddings: NTK base from the current length"),
+    ("dynamic_partial", {"model_type": "phi", "hidden_size": 48, "num_attention_heads": 2,
+                         "max_position_embeddings": 16, "partial_rotary_factor": 0.5,
+                         "rope_scaling": {"type": "dynamic", "factor": 3.0}},
+     [(2, 3), (40, 3)], "dynamic on a partial rotation"),
+    ("yarn_qwen", {"model_type": "qwen2", "hidden_size": 32, "num_attention_heads": 2,
+                   "max_position_embeddings": 128, "rope_theta": 10000.0,
+                   "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}},
+     [(0, 3), (90, 3)], "yarn defaults: beta 32/1, truncate, attention 0.1 ln(factor) + 1"),
+    ("yarn_ramp_no_truncate", {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 2,
+                               "max_position_embeddings": 512, "rope_theta": 100.0,
+                               "rope_parameters": {"rope_type": "yarn", "rope_theta": 100.0, "factor": 8.0,
+                                                   "original_max_position_embeddings": 64,
+                                                   "beta_fast": 4.0, "beta_slow": 0.5,
+                                                   "truncate": False}},
+     [(0, 3), (300, 3)], "the ramp's interior, untruncated bounds"),
+    ("yarn_deepseek_mscale", {"model_type": "llama", "hidden_size": 48, "num_attention_heads": 2,
+                              "max_position_embeddings": 2560, "rope_theta": 100.0,
+                              "rope_scaling": {"type": "yarn", "factor": 40.0, "beta_fast": 32, "beta_slow": 1,
+                                               "mscale": 1.0, "mscale_all_dim": 0.5,
+                                               "original_max_position_embeddings": 64}},
+     [(0, 2), (100, 2)], "mscale / mscale_all_dim attention factor, ramp clamped at both ends"),
+    ("yarn_attention_factor", {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 2,
+                               "max_position_embeddings": 256, "rope_theta": 1000.0,
+                               "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0,
+                                                   "attention_factor": 0.8, "beta_fast": 8, "beta_slow": 2,
+                                                   "original_max_position_embeddings": 64}},
+     [(70, 3)], "an explicit attention_factor wins"),
+    ("longrope_phi3", {"model_type": "phi3", "hidden_size": 32, "num_attention_heads": 2,
+                       "max_position_embeddings": 128, "original_max_position_embeddings": 32,
+                       "rope_theta": 10000.0,
+                       "rope_scaling": {"type": "longrope", "short_factor": SHORT_FACTOR,
+                                        "long_factor": LONG_FACTOR}},
+     [(0, 4), (28, 4), (29, 4), (100, 3)],
+     "short factors up to seq_len 32, long past it; attention from max/original"),
+    ("longrope_factor", {"model_type": "phi3", "hidden_size": 32, "num_attention_heads": 2,
+                         "max_position_embeddings": 128, "rope_theta": 10000.0,
+                         "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0,
+                                             "short_factor": SHORT_FACTOR, "long_factor": LONG_FACTOR,
+                                             "factor": 8.0, "original_max_position_embeddings": 16}},
+     [(10, 3), (20, 3)], "explicit factor for the attention factor"),
+    ("llama3", {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 2,
+                "max_position_embeddings": 256, "rope_theta": 10000.0,
+                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
+     [(0, 3), (200, 3)], "all three wavelength bands: kept, divided by factor, blended"),
+    ("llama3_wide_head", {"model_type": "llama", "hidden_size": 96, "num_attention_heads": 4,
+                          "max_position_embeddings": 1024, "rope_theta": 500000.0,
+                          "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                              "original_max_position_embeddings": 64}},
+     [(100, 2)], "Llama 3.2's factor 32 on a 24-wide head"),
+    ("proportional", {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 2,
+                      "max_position_embeddings": 64,
+                      "rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0,
+                                          "partial_rotary_factor": 0.25, "factor": 2.0}},
+     [(0, 3), (80, 3)], "rotated pairs keep the full head's spacing; the rest have frequency 0"),
+]
+
+
+def rotary(config):
+    """The model's own rotary module, and GPT-NeoX's `apply_rotary_pos_emb`, which rotates the first
+    `cos.shape[-1]` dimensions and passes the rest (the same as Llama's when all are rotated)."""
+    module_name, class_name = ROTARY[config.model_type]
+    module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
+
+    return getattr(module, class_name)(config), apply_rotary_pos_emb
+
+
+def flat(t):
+    return [float(f"{v:.9g}") for v in t.detach().double().flatten().tolist()]
+
+
+def model_defaults():
+    """The rotary defaults of every config class whose defaults differ from the generic ones
+    (theta 10 000, full rotation, no top-level original context), as a Rust table for
+    `crates/burn-positional/src/hf_config/defaults.rs`: what transformers uses when a
+    config.json leaves the key out."""
+    from transformers import CONFIG_MAPPING
+
+    rows = []
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        try:
+            config = CONFIG_MAPPING[model_type]()
+        except Exception:
+            continue
+        rope = getattr(config, "rope_parameters", None)
+        if not isinstance(rope, dict) or "rope_theta" not in rope or rope.get("rope_type") == "axial":
+            continue
+        theta = float(rope["rope_theta"])
+        partial = rope.get("partial_rotary_factor")
+        original = getattr(config, "original_max_position_embeddings", None)
+        if theta != 10000.0 or partial not in (None, 1.0) or original is not None:
+            partial = "None" if partial in (None, 1.0) else f"Some({float(partial)!r})"
+            original = "None" if original is None else f"Some({original})"
+            rows.append(f'    ("{model_type}", {theta!r}, {partial}, {original}),')
+    # Whose own `compute_default_rope_parameters` reads partial_rotary_factor (GPT-NeoX, Phi,
+    # GLM, ...): the others (Llama, Qwen 2, Mistral, ...) rotate the whole head for "default".
+    import inspect
+    import re
+
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    ignores = []
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        try:
+            folder = model_type_to_module_name(model_type)
+            module = importlib.import_module(f"transformers.models.{folder}.modeling_{folder}")
+        except Exception:
+            continue
+        defaults = [
+            inspect.getsource(cls.compute_default_rope_parameters)
+            for name, cls in vars(module).items()
+            if name.endswith("RotaryEmbedding") and hasattr(cls, "compute_default_rope_parameters")
+        ]
+        if defaults and not any(re.search("partial_rotary_factor", src) for src in defaults):
+            ignores.append(f'    "{model_type}",')
+    path = OUT.parent.parent.parent.parent / "src/hf_config/defaults.rs"
+    path.write_text(
+        "//! Written by `python3 tools/hf_rope_fixtures.py` (transformers "
+        f"{transformers.__version__}); do not edit.\n\n"
+        "/// `(model_type, default rope_theta, default partial_rotary_factor, default top-level\n"
+        "/// original_max_position_embeddings)` of every transformers config class whose defaults\n"
+        "/// differ from theta 10 000, full rotation and none.\n"
+        "pub(super) const MODEL_DEFAULTS: &[(&str, f64, Option<f64>, Option<usize>)] = &[\n"
+        + "\n".join(rows)
+        + "\n];\n\n"
+        "/// Model types whose rotary module's `compute_default_rope_parameters` rotates the whole\n"
+        "/// head whatever `partial_rotary_factor` says (for `rope_type: \"default\"` only).\n"
+        "pub(super) const DEFAULT_IGNORES_PARTIAL: &[&str] = &[\n"
+        + "\n".join(ignores)
+        + "\n];\n"
+    )
+    print(f"{path}: {len(rows)} model types")
+
+
+def random_cases(n, seed):
+    """`n` random configurations over every rope_type, for a broader check than the committed
+    cases: `python3 tools/hf_rope_fixtures.py --random 300 --out /tmp/hf_rope` then
+    `HF_ROPE_FIXTURES=/tmp/hf_rope cargo test -p burn-positional --test behaviour hf_rope`."""
+    import random
+
+    rng = random.Random(seed)
+    cases = []
+    for i in range(n):
+        heads = rng.choice([1, 2, 4])
+        head_dim = rng.choice([4, 6, 8, 10, 12, 16, 20, 24, 32, 64, 128])
+        model_type = rng.choice(["llama", "llama", "qwen2", "phi3", "phi", "gpt_neox"])
+        max_pos = rng.choice([8, 16, 32, 64, 100, 128, 512, 2048])
+        raw = {"model_type": model_type, "hidden_size": heads * head_dim, "num_attention_heads": heads,
+               "max_position_embeddings": max_pos}
+        theta = rng.choice([100.0, 1000.0, 10000.0, 500000.0, 1000000.0])
+        if model_type == "gpt_neox":
+            raw["rotary_emb_base"] = theta
+            raw["rotary_pct"] = rng.choice([0.25, 0.5, 1.0])
+        else:
+            raw["rope_theta"] = theta
+            if rng.random() < 0.3:
+                raw["partial_rotary_factor"] = rng.choice([0.25, 0.4, 0.5, 0.75, 1.0])
+        rope_type = rng.choice(["default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"])
+        original = max(2, max_pos // rng.choice([1, 2, 4, 8]))
+        p = {"rope_type": rope_type}
+        if rope_type in ("linear", "dynamic"):
+            p["factor"] = rng.choice([1.0, 1.5, 2.0, 4.0, 8.0])
+        elif rope_type == "yarn":
+            p.update(factor=rng.choice([1.0, 2.0, 4.0, 16.0, 40.0]), original_max_position_embeddings=original)
+            for key, values in [("beta_fast", [4, 16, 32, 64]), ("beta_slow", [0.5, 1, 2]),
+                                ("mscale", [0.5, 0.707, 1.0]), ("mscale_all_dim", [0.5, 0.707, 1.0]),
+                                ("attention_factor", [0.5, 1.0, 1.3]), ("truncate", [True, False])]:
+                if rng.random() < 0.4:
+                    p[key] = rng.choice(values)
+        elif rope_type == "longrope":
+            pairs = (head_dim * raw.get("partial_rotary_factor", 1.0) if model_type not in ("gpt_neox", "phi")
+                     else head_dim * raw.get("rotary_pct", raw.get("partial_rotary_factor", 0.5)))
+            pairs = (int(pairs) + 1) // 2
+            p["short_factor"] = [round(rng.uniform(1.0, 1.5), 3) for _ in range(pairs)]
+            p["long_factor"] = [round(rng.uniform(1.0, 16.0), 3) for _ in range(pairs)]
+            p["original_max_position_embeddings"] = original
+            if rng.random() < 0.5:
+                p["factor"] = rng.choice([1.0, 4.0, 8.0])
+            if rng.random() < 0.2:
+                p["attention_factor"] = 1.1
+        elif rope_type == "llama3":
+            p.update(factor=rng.choice([1.0, 8.0, 32.0]), low_freq_factor=rng.choice([1.0, 2.0]),
+                     high_freq_factor=rng.choice([4.0, 8.0]), original_max_position_embeddings=original)
+        elif rope_type == "proportional":
+            p["partial_rotary_factor"] = rng.choice([0.25, 0.5, 1.0])
+            if rng.random() < 0.5:
+                p["factor"] = rng.choice([1.0, 2.0, 8.0])
+        key = rng.choice(["rope_scaling", "rope_parameters"])
+        if key == "rope_parameters":
+            p["rope_theta"] = theta
+        raw[key] = p
+        windows = [(0, 3), (max(0, max_pos - 2), 3), (rng.randrange(0, 4 * max_pos + 5), 2)]
+        cases.append((f"random_{i:04}_{rope_type}", raw, windows, "random"))
+    return cases
+
+
+def main():
+    import argparse
+
+    global OUT
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--random", type=int, default=0, help="write this many random cases instead")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=pathlib.Path, default=OUT)
+    args = parser.parse_args()
+    cases = CASES
+    if args.random:
+        cases = random_cases(args.random, args.seed)
+    else:
+        model_defaults()
+    OUT = args.out
+    torch.manual_seed(0)
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, raw, windows, checks in cases:
+        try:
+            config = transformers.AutoConfig.for_model(**json.loads(json.dumps(raw)))
+            module, apply = rotary(config)
+        except Exception as err:  # transformers refuses it too: not a case
+            print(f"{name}: transformers refuses it ({type(err).__name__}: {err})")
+            continue
+        if module.inv_freq.numel() == 0:  # yarn on one dimension: transformers rotates nothing
+            print(f"{name}: no rotated pair, skipped")
+            continue
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        module, apply = rotary(config)
+        record = {
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "case": name,
+            "checks": checks,
+            "config": raw,
+            "rotary_class": type(module).__name__,
+            "head_dim": head_dim,
+            "n_heads": 1,
+            "inv_freq": flat(module.inv_freq),
+            "attention_factor": float(module.attention_scaling),
+            "windows": [],
+        }
+        for offset, seq in windows:
+            module, apply = rotary(config)
+            q = torch.randn(1, 1, seq, head_dim)
+            position_ids = torch.arange(offset, offset + seq)[None, :]
+            cos, sin = module(q, position_ids)
+            rotated, _ = apply(q, q, cos, sin)
+            record["windows"].append({
+                "offset": offset,
+                "seq": seq,
+                "inv_freq": flat(module.inv_freq),
+                "q": flat(q),
+                "rotated": flat(rotated),
+            })
+        path = OUT / f"{name}.json"
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        if not args.random:
+            print(f"{path.relative_to(OUT.parent.parent.parent.parent.parent.parent)}: {checks}")
+
+
+if __name__ == "__main__":
+    main()
