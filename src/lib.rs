@@ -42,6 +42,8 @@ pub mod guide {
     pub struct Performance;
     #[doc = include_str!("../docs/layout.md")]
     pub struct Layout;
+    #[doc = include_str!("../docs/hf-rope.md")]
+    pub struct HfRope;
 }
 
 /// The guide's page on pretrained weights, doc-tested with the `pretrained` feature

@@ -32,9 +32,10 @@ pub enum RopeArithmetic {
     Exact,
     /// Rounded to f32 at every step where transformers (PyTorch) holds an f32 tensor: the
     /// inverse frequencies, `position * inv_freq`, cos and sin, the attention factor's product.
-    /// A checkpoint was trained with these values, so [`RopeConfig::from_hf_config`]
-    /// (crate::RopeConfig::from_hf_config) picks it; it is also the only arithmetic that accepts
-    /// an odd partial width, as transformers does (rounded up to whole pairs).
+    /// A checkpoint was trained with these values, so
+    /// [`RopeConfig::from_hf_config`](crate::RopeConfig::from_hf_config) picks it; it is also the
+    /// only arithmetic that accepts an odd partial width, as transformers does (rounded up to
+    /// whole pairs).
     Transformers,
 }
 
@@ -139,8 +140,24 @@ pub struct ProportionalScaling {
 }
 
 /// Context extension: how the angles of a model trained on sequences up to some length are
-/// changed to reach further. See the [module docs](self) for the table of variants and the
-/// checkpoints that use them.
+/// changed to reach further, as every Hugging Face checkpoint configures it. Each variant
+/// computes the inverse frequencies `inv_freq[j]` (position `p` turns pair `j` by
+/// `p * inv_freq[j]`) and an attention factor multiplying cos and sin, following transformers'
+/// `modeling_rope_utils.py` (v5), defaults and edge cases included:
+///
+/// | variant | transformers `rope_type` | used by |
+/// | --- | --- | --- |
+/// | `None` | `default` | Llama 3 8B, Mistral, Qwen 2/2.5/3, Gemma 1/2 |
+/// | `Interpolation` | `linear` | Gemma 3 global layers |
+/// | `NtkAware` | (none: `dynamic` at a fixed length) | bloc97's NTK-aware scaling |
+/// | `Dynamic` | `dynamic` | opt-in |
+/// | `Yarn` | `yarn` | Qwen 2.5 long context, DeepSeek V2/V3, gpt-oss |
+/// | `LongRope` | `longrope` | Phi-3 / 3.5 128k, Phi-4-mini |
+/// | `Llama3` | `llama3` | Llama 3.1, 3.2, 3.3 |
+/// | `Proportional` | `proportional` | Gemma 4 full-attention layers |
+///
+/// `Dynamic` and `LongRope` depend on the length of the sequence being attended: see
+/// [`Rope`](super::Rope) for what that means for cached decoding.
 ///
 /// ```text
 /// None                 inv_freq[j] = base^(-2j / d)
@@ -243,7 +260,7 @@ impl RopeScaling {
     /// a rotation of formula width `dim` (`rotary_dims`; the whole head for `Proportional`),
     /// following transformers' `modeling_rope_utils.py` with `arithmetic`'s rounding.
     ///
-    /// `inv_freq` has [`pairs(dim)`](Self::pairs) entries.
+    /// `inv_freq` has `ceil(dim / 2)` entries (`dim / 2` for `Proportional`).
     pub fn frequencies(
         &self,
         base: f64,
