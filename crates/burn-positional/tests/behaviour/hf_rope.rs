@@ -9,7 +9,9 @@
 //! largest magnitude. CI never runs Python.
 
 use burn::prelude::*;
-use burn_positional::{AttentionInput, KvCache, RopeConfig, RopeScaling, SelfAttentionConfig};
+use burn_positional::{
+    AttentionInput, KvCache, RopeConfig, RopeLayout, RopeScaling, SelfAttentionConfig,
+};
 use serde_json::Value;
 
 /// The committed fixtures, or those of the directory `HF_ROPE_FIXTURES` names (the script's
@@ -61,8 +63,24 @@ fn assert_matches(got: &[f64], want: &[f64], what: &str) {
     }
 }
 
+/// Rows of `head_dim` values from the half-split order (pair `j` is `(x[j], x[j + pairs])`) to
+/// the interleaved one (`(x[2j], x[2j + 1])`); dimensions past the rotated pairs stay.
+fn to_interleaved(rows: &[f64], head_dim: usize, pairs: usize) -> Vec<f64> {
+    rows.chunks(head_dim)
+        .flat_map(|row| {
+            let mut out = row.to_vec();
+            for j in 0..pairs {
+                out[2 * j] = row[j];
+                out[2 * j + 1] = row[j + pairs];
+            }
+            out
+        })
+        .collect()
+}
+
 /// Every fixture: the config reader gives transformers' `inv_freq` and attention factor, and the
-/// layer rotates `q` at every window as `apply_rotary_pos_emb` did, on this device.
+/// layer rotates `q` at every window as `apply_rotary_pos_emb` did, on this device, in both
+/// layouts.
 pub fn rope_matches_transformers_for_every_rope_type(device: &Device) {
     let mut rope_types = std::collections::BTreeSet::new();
     for (name, fixture) in fixtures() {
@@ -76,7 +94,14 @@ pub fn rope_matches_transformers_for_every_rope_type(device: &Device) {
         let head_dim = fixture["head_dim"].as_u64().unwrap() as usize;
         assert_eq!(config.d_head, head_dim, "{source}: head_dim");
         rope_types.insert(config.scaling.rope_type());
+        // Meta's original checkpoints and GPT-J pair dimensions (2j, 2j + 1): the same rope in
+        // the interleaved layout rotates the interleaved q as transformers rotates q.
+        let interleaved = config
+            .clone()
+            .with_layout(RopeLayout::Interleaved)
+            .init(device);
         let rope = config.init(device);
+        let pairs = rope.inv_freq().len();
         assert_matches(
             &rope.inv_freq(),
             &floats(&fixture["inv_freq"]),
@@ -105,10 +130,26 @@ pub fn rope_matches_transformers_for_every_rope_type(device: &Device) {
                 .iter::<f32>()
                 .map(f64::from)
                 .collect();
+            let want = floats(&window["rotated"]);
+            assert_matches(&rotated, &want, &format!("{what}: rotated q"));
+            let q_interleaved: Vec<f32> = to_interleaved(&floats(&window["q"]), head_dim, pairs)
+                .iter()
+                .map(|&x| x as f32)
+                .collect();
+            let q_interleaved = Tensor::<4>::from_data(
+                TensorData::new(q_interleaved, [1, 1, seq, head_dim]),
+                device,
+            );
+            let rotated: Vec<f64> = interleaved
+                .apply(q_interleaved, offset)
+                .into_data()
+                .iter::<f32>()
+                .map(f64::from)
+                .collect();
             assert_matches(
                 &rotated,
-                &floats(&window["rotated"]),
-                &format!("{what}: rotated q"),
+                &to_interleaved(&want, head_dim, pairs),
+                &format!("{what}: rotated q, interleaved layout"),
             );
         }
     }
