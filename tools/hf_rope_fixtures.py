@@ -39,6 +39,9 @@ ROTARY = {
     "qwen2": ("qwen2", "Qwen2RotaryEmbedding"),
     "phi3": ("phi3", "Phi3RotaryEmbedding"),
     "phi": ("phi", "PhiRotaryEmbedding"),
+    "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding"),
+    "gemma4_text": ("gemma4", "Gemma4TextRotaryEmbedding"),
+    "deepseek_v3": ("deepseek_v3", "DeepseekV3RotaryEmbedding"),
 }
 
 LONG_FACTOR = [1.0, 1.25, 1.5, 2.0, 3.0, 5.5, 8.0, 12.0]
@@ -132,6 +135,29 @@ CASES = [
                       "rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0,
                                           "partial_rotary_factor": 0.25, "factor": 2.0}},
      [(0, 3), (80, 3)], "rotated pairs keep the full head's spacing; the rest have frequency 0"),
+    ("gemma3_full_attention", {"model_type": "gemma3_text", "hidden_size": 32, "num_attention_heads": 2,
+                               "head_dim": 16, "max_position_embeddings": 256, "num_hidden_layers": 6,
+                               "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                               "rope_scaling": {"rope_type": "linear", "factor": 8.0}},
+     [(0, 3), (200, 3)], "Gemma 3's config.json: rope_scaling and rope_theta belong to the global layers",
+     "full_attention"),
+    ("gemma3_sliding_attention", {"model_type": "gemma3_text", "hidden_size": 32, "num_attention_heads": 2,
+                                  "head_dim": 16, "max_position_embeddings": 256, "num_hidden_layers": 6,
+                                  "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                                  "rope_scaling": {"rope_type": "linear", "factor": 8.0}},
+     [(0, 3), (200, 3)], "Gemma 3's local layers: rope_local_base_freq, no scaling", "sliding_attention"),
+    ("gemma4_full_attention", {"model_type": "gemma4_text", "hidden_size": 32, "num_attention_heads": 2,
+                               "head_dim": 8, "global_head_dim": 16, "max_position_embeddings": 256,
+                               "num_hidden_layers": 6},
+     [(0, 3), (150, 3)], "Gemma 4's defaults: proportional 0.25 of the global_head_dim, theta 1e6",
+     "full_attention"),
+    ("deepseek_v3_yarn_interleaved", {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 2,
+                                      "qk_rope_head_dim": 16, "qk_nope_head_dim": 16, "v_head_dim": 16,
+                                      "max_position_embeddings": 2560, "rope_theta": 10000,
+                                      "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40,
+                                                       "mscale": 1.0, "mscale_all_dim": 1.0,
+                                                       "original_max_position_embeddings": 64, "type": "yarn"}},
+     [(0, 3), (1000, 3)], "DeepSeek V3: the rope part qk_rope_head_dim, interleaved weights (rope_interleave)"),
 ]
 
 
@@ -142,7 +168,16 @@ def rotary(config):
     module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
     from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
 
+    if getattr(config, "rope_interleave", False):
+        # DeepSeek: q and k come in interleaved pairs; this turns them half-split, then rotates.
+        from transformers.models.deepseek_v3.modeling_deepseek_v3 import apply_rotary_pos_emb_interleave
+
+        return getattr(module, class_name)(config), apply_rotary_pos_emb_interleave
     return getattr(module, class_name)(config), apply_rotary_pos_emb
+
+
+def model_is_gemma4(config):
+    return config.model_type.startswith("gemma4")
 
 
 def flat(t):
@@ -157,11 +192,14 @@ def model_defaults():
     from transformers import CONFIG_MAPPING
 
     rows = []
+    interleaved = []
     for model_type in sorted(CONFIG_MAPPING.keys()):
         try:
             config = CONFIG_MAPPING[model_type]()
         except Exception:
             continue
+        if getattr(config, "rope_interleave", None) is True:
+            interleaved.append(f'    "{model_type}",')
         rope = getattr(config, "rope_parameters", None)
         if not isinstance(rope, dict) or "rope_theta" not in rope or rope.get("rope_type") == "axial":
             continue
@@ -207,6 +245,11 @@ def model_defaults():
         "/// head whatever `partial_rotary_factor` says (for `rope_type: \"default\"` only).\n"
         "pub(super) const DEFAULT_IGNORES_PARTIAL: &[&str] = &[\n"
         + "\n".join(ignores)
+        + "\n];\n\n"
+        "/// Model types whose config class sets `rope_interleave` to true by default: their\n"
+        "/// checkpoints store q and k in interleaved pairs (DeepSeek V3 and its kin).\n"
+        "pub(super) const INTERLEAVED_BY_DEFAULT: &[&str] = &[\n"
+        + "\n".join(interleaved)
         + "\n];\n"
     )
     print(f"{path}: {len(rows)} model types")
@@ -291,18 +334,25 @@ def main():
     OUT = args.out
     torch.manual_seed(0)
     OUT.mkdir(parents=True, exist_ok=True)
-    for name, raw, windows, checks in cases:
+    for name, raw, windows, checks, *layer in cases:
+        layer_type = layer[0] if layer else None
         try:
             config = transformers.AutoConfig.for_model(**json.loads(json.dumps(raw)))
             module, apply = rotary(config)
         except Exception as err:  # transformers refuses it too: not a case
             print(f"{name}: transformers refuses it ({type(err).__name__}: {err})")
             continue
-        if module.inv_freq.numel() == 0:  # yarn on one dimension: transformers rotates nothing
+        prefix = f"{layer_type}_" if layer_type else ""
+        if getattr(module, f"{prefix}inv_freq").numel() == 0:  # yarn on one dimension: nothing rotates
             print(f"{name}: no rotated pair, skipped")
             continue
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        module, apply = rotary(config)
+        if layer_type and model_is_gemma4(config):
+            # Gemma 4's global layers have their own head width (`global_head_dim`, 512 by default).
+            head_dim = raw.get("global_head_dim", 512) if layer_type == "full_attention" else raw["head_dim"]
+        elif getattr(config, "qk_rope_head_dim", None):
+            head_dim = config.qk_rope_head_dim
+        else:
+            head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         record = {
             "transformers": transformers.__version__,
             "torch": torch.__version__,
@@ -312,20 +362,22 @@ def main():
             "rotary_class": type(module).__name__,
             "head_dim": head_dim,
             "n_heads": 1,
-            "inv_freq": flat(module.inv_freq),
-            "attention_factor": float(module.attention_scaling),
+            "layer_type": layer_type,
+            "interleaved_input": bool(getattr(config, "rope_interleave", False)),
+            "inv_freq": flat(getattr(module, f"{prefix}inv_freq")),
+            "attention_factor": float(getattr(module, f"{prefix}attention_scaling")),
             "windows": [],
         }
         for offset, seq in windows:
             module, apply = rotary(config)
             q = torch.randn(1, 1, seq, head_dim)
             position_ids = torch.arange(offset, offset + seq)[None, :]
-            cos, sin = module(q, position_ids)
+            cos, sin = module(q, position_ids, layer_type) if layer_type else module(q, position_ids)
             rotated, _ = apply(q, q, cos, sin)
             record["windows"].append({
                 "offset": offset,
                 "seq": seq,
-                "inv_freq": flat(module.inv_freq),
+                "inv_freq": flat(getattr(module, f"{prefix}inv_freq")),
                 "q": flat(q),
                 "rotated": flat(rotated),
             })

@@ -340,3 +340,14 @@ pub(super) const DEFAULT_IGNORES_PARTIAL: &[&str] = &[
     "youtu",
     "zamba2",
 ];
+
+/// Model types whose config class sets `rope_interleave` to true by default: their
+/// checkpoints store q and k in interleaved pairs (DeepSeek V3 and its kin).
+pub(super) const INTERLEAVED_BY_DEFAULT: &[&str] = &[
+    "axk1",
+    "deepseek_v3",
+    "glm4_moe_lite",
+    "mistral4",
+    "sarvam_mla",
+    "youtu",
+];

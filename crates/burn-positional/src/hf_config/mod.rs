@@ -284,6 +284,12 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
     let root_map = value.as_object().ok_or_else(|| HfConfigError::Json {
         message: format!("found {}", kind(&value)),
     })?;
+    // Multimodal checkpoints (Gemma 3, Qwen 2.5 VL, ...) keep the language model's settings
+    // under `text_config`.
+    let root_map = match root_map.get("text_config") {
+        Some(Value::Object(text)) if !root_map.contains_key("num_attention_heads") => text,
+        _ => root_map,
+    };
     let root = Fields {
         map: root_map,
         path: "",
@@ -302,13 +308,18 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
     };
     let empty = Map::new();
     let mut params = params.unwrap_or(&empty);
+    let converted = per_layer_defaults(&root, model_type, params)?;
+    if let Some(converted) = &converted {
+        params = converted;
+    }
 
-    // Nested per layer type: keys that are among `layer_types`.
+    // Nested per layer type: keys that are among `layer_types` (the attention kinds when the
+    // file lists none: transformers' config classes fill them in).
     let layer_types: Vec<&str> = root
         .get("layer_types")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+        .unwrap_or_else(|| ATTENTION_KINDS.to_vec());
     let nested: Vec<&String> = params
         .keys()
         .filter(|k| layer_types.contains(&k.as_str()))
@@ -391,7 +402,15 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
         Some(v) => return Err(rope.wrong(rope_type_key, "a string", v)),
     };
 
-    let d_head = match root.usize("head_dim")? {
+    let gemma4_global = model_type.starts_with("gemma4") && layer_type == Some("full_attention");
+    let head_dim = match (root.usize("qk_rope_head_dim")?, gemma4_global) {
+        // DeepSeek's multi-head latent attention rotates a part of each head this wide.
+        (Some(d), _) => Some(d),
+        // Gemma 4's global layers have heads of their own width.
+        (None, true) => Some(root.usize("global_head_dim")?.unwrap_or(512)),
+        (None, false) => root.usize("head_dim")?,
+    };
+    let d_head = match head_dim {
         Some(d) if d > 0 => d,
         _ => {
             let needed = "the head width is head_dim, or hidden_size / num_attention_heads";
@@ -532,15 +551,80 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
         RopeScaling::None if defaults::DEFAULT_IGNORES_PARTIAL.contains(&model_type) => d_head,
         _ => rotary_dims,
     };
+    // Hugging Face's `rotate_half` pairs halves; DeepSeek-style checkpoints store interleaved
+    // pairs (`rope_interleave`, true by default for DeepSeek V3 and kin; V2 multiplies complex
+    // numbers made of adjacent pairs).
+    let interleaved = match root.bool("rope_interleave")? {
+        Some(interleaved) => interleaved,
+        None => {
+            defaults::INTERLEAVED_BY_DEFAULT.contains(&model_type) || model_type == "deepseek_v2"
+        }
+    };
+    let layout = if interleaved {
+        RopeLayout::Interleaved
+    } else {
+        RopeLayout::HalfSplit
+    };
     let config = RopeConfig::new(d_head)
         .with_base(base)
         .with_rotary_dims(Some(rotary_dims))
-        .with_layout(RopeLayout::HalfSplit)
+        .with_layout(layout)
         .with_cache_len(max_positions.unwrap_or(HF_CACHE_LEN).clamp(1, HF_CACHE_LEN))
         .with_scaling(scaling)
         .with_arithmetic(RopeArithmetic::Transformers);
     config.validate()?;
     Ok(config)
+}
+
+/// The layer types of models with one rope per attention kind.
+const ATTENTION_KINDS: [&str; 2] = ["full_attention", "sliding_attention"];
+
+/// transformers' Gemma 3 and Gemma 4 config classes give each attention kind its rope when the
+/// file does not: Gemma 3 puts `rope_scaling` and `rope_theta` (default 1 000 000) on the global
+/// layers and `rope_local_base_freq` (default 10 000) on the sliding ones; Gemma 4 defaults to
+/// `proportional` (0.25, theta 1 000 000) and `default` (theta 10 000). `None` for every other
+/// model, or when the file already nests them.
+fn per_layer_defaults(
+    root: &Fields<'_>,
+    model_type: &str,
+    params: &Map<String, Value>,
+) -> Result<Option<Map<String, Value>>, HfConfigError> {
+    let nested = params.keys().any(|k| ATTENTION_KINDS.contains(&k.as_str()));
+    let entry = |rope_type: &str, theta: f64| {
+        let mut m = Map::new();
+        m.insert("rope_type".into(), Value::from(rope_type));
+        m.insert("rope_theta".into(), Value::from(theta));
+        m
+    };
+    let mut converted = Map::new();
+    if matches!(model_type, "gemma3" | "gemma3_text") && !nested {
+        let mut full = params.clone();
+        if !full.contains_key("rope_type") && !full.contains_key("type") {
+            full.insert("rope_type".into(), Value::from("default"));
+        }
+        if !full.contains_key("rope_theta") {
+            let theta = root.f64("rope_theta")?.unwrap_or(1_000_000.0);
+            full.insert("rope_theta".into(), Value::from(theta));
+        }
+        let local = root.f64("rope_local_base_freq")?.unwrap_or(10_000.0);
+        converted.insert("full_attention".into(), Value::Object(full));
+        converted.insert(
+            "sliding_attention".into(),
+            Value::Object(entry("default", local)),
+        );
+        return Ok(Some(converted));
+    }
+    if model_type.starts_with("gemma4") && params.is_empty() {
+        let mut full = entry("proportional", 1_000_000.0);
+        full.insert("partial_rotary_factor".into(), Value::from(0.25));
+        converted.insert("full_attention".into(), Value::Object(full));
+        converted.insert(
+            "sliding_attention".into(),
+            Value::Object(entry("default", 10_000.0)),
+        );
+        return Ok(Some(converted));
+    }
+    Ok(None)
 }
 
 fn kind(value: &Value) -> &'static str {

@@ -10,7 +10,7 @@
 
 use burn::prelude::*;
 use burn_positional::{
-    AttentionInput, KvCache, RopeConfig, RopeLayout, RopeScaling, SelfAttentionConfig,
+    AttentionInput, KvCache, Rope, RopeConfig, RopeLayout, RopeScaling, SelfAttentionConfig,
 };
 use serde_json::Value;
 
@@ -78,9 +78,36 @@ fn to_interleaved(rows: &[f64], head_dim: usize, pairs: usize) -> Vec<f64> {
         .collect()
 }
 
+/// The inverse of [`to_interleaved`].
+fn to_half_split(rows: &[f64], head_dim: usize, pairs: usize) -> Vec<f64> {
+    rows.chunks(head_dim)
+        .flat_map(|row| {
+            let mut out = row.to_vec();
+            for j in 0..pairs {
+                out[j] = row[2 * j];
+                out[j + pairs] = row[2 * j + 1];
+            }
+            out
+        })
+        .collect()
+}
+
+/// `[1, 1, seq, head_dim]` on the device, rotated by `rope` at `offset`, back on the host.
+fn rotate(rope: &Rope, q: &[f64], seq: usize, offset: usize, device: &Device) -> Vec<f64> {
+    let head_dim = q.len() / seq;
+    let q: Vec<f32> = q.iter().map(|&x| x as f32).collect();
+    let q = Tensor::<4>::from_data(TensorData::new(q, [1, 1, seq, head_dim]), device);
+    rope.apply(q, offset)
+        .into_data()
+        .iter::<f32>()
+        .map(f64::from)
+        .collect()
+}
+
 /// Every fixture: the config reader gives transformers' `inv_freq` and attention factor, and the
 /// layer rotates `q` at every window as `apply_rotary_pos_emb` did, on this device, in both
-/// layouts.
+/// layouts: the checkpoint's (half-split, or interleaved for DeepSeek-style
+/// `rope_interleave`) and the other one on the permuted `q`.
 pub fn rope_matches_transformers_for_every_rope_type(device: &Device) {
     let mut rope_types = std::collections::BTreeSet::new();
     for (name, fixture) in fixtures() {
@@ -89,13 +116,27 @@ pub fn rope_matches_transformers_for_every_rope_type(device: &Device) {
             "{name} (transformers {version}, {})",
             fixture["rotary_class"]
         );
-        let config = RopeConfig::from_hf_config(&fixture["config"].to_string())
-            .unwrap_or_else(|err| panic!("{source}: {err}"));
+        let json = fixture["config"].to_string();
+        let config = match fixture["layer_type"].as_str() {
+            None => RopeConfig::from_hf_config(&json),
+            Some(layer) => RopeConfig::from_hf_config_layer(&json, layer),
+        }
+        .unwrap_or_else(|err| panic!("{source}: {err}"));
         let head_dim = fixture["head_dim"].as_u64().unwrap() as usize;
         assert_eq!(config.d_head, head_dim, "{source}: head_dim");
+        // transformers' output is half-split; its input is interleaved for `rope_interleave`.
+        let interleaved_input = fixture["interleaved_input"].as_bool().unwrap_or(false);
+        let layout = if interleaved_input {
+            RopeLayout::Interleaved
+        } else {
+            RopeLayout::HalfSplit
+        };
+        assert_eq!(config.layout, layout, "{source}: the checkpoint's layout");
         rope_types.insert(config.scaling.rope_type());
-        // Meta's original checkpoints and GPT-J pair dimensions (2j, 2j + 1): the same rope in
-        // the interleaved layout rotates the interleaved q as transformers rotates q.
+        let half_split = config
+            .clone()
+            .with_layout(RopeLayout::HalfSplit)
+            .init(device);
         let interleaved = config
             .clone()
             .with_layout(RopeLayout::Interleaved)
@@ -122,34 +163,22 @@ pub fn rope_matches_transformers_for_every_rope_type(device: &Device) {
                 &floats(&window["inv_freq"]),
                 &format!("{what}: inv_freq"),
             );
-            let q: Vec<f32> = floats(&window["q"]).iter().map(|&x| x as f32).collect();
-            let q = Tensor::<4>::from_data(TensorData::new(q, [1, 1, seq, head_dim]), device);
-            let rotated: Vec<f64> = rope
-                .apply(q, offset)
-                .into_data()
-                .iter::<f32>()
-                .map(f64::from)
-                .collect();
+            let q = floats(&window["q"]);
+            let (q_half_split, q_interleaved) = if interleaved_input {
+                (to_half_split(&q, head_dim, pairs), q)
+            } else {
+                (q.clone(), to_interleaved(&q, head_dim, pairs))
+            };
             let want = floats(&window["rotated"]);
-            assert_matches(&rotated, &want, &format!("{what}: rotated q"));
-            let q_interleaved: Vec<f32> = to_interleaved(&floats(&window["q"]), head_dim, pairs)
-                .iter()
-                .map(|&x| x as f32)
-                .collect();
-            let q_interleaved = Tensor::<4>::from_data(
-                TensorData::new(q_interleaved, [1, 1, seq, head_dim]),
-                device,
-            );
-            let rotated: Vec<f64> = interleaved
-                .apply(q_interleaved, offset)
-                .into_data()
-                .iter::<f32>()
-                .map(f64::from)
-                .collect();
             assert_matches(
-                &rotated,
+                &rotate(&half_split, &q_half_split, seq, offset, device),
+                &want,
+                &format!("{what}: rotated q, half-split"),
+            );
+            assert_matches(
+                &rotate(&interleaved, &q_interleaved, seq, offset, device),
                 &to_interleaved(&want, head_dim, pairs),
-                &format!("{what}: rotated q, interleaved layout"),
+                &format!("{what}: rotated q, interleaved"),
             );
         }
     }
