@@ -12,6 +12,13 @@
 //! | `max_position_embeddings` | top level | `dynamic`'s limit; the default `original_max_position_embeddings` and `factor` |
 //! | `original_max_position_embeddings` | top level (wins), else `rope_parameters`, else `max_position_embeddings` | `llama3`, `yarn`, `longrope` |
 //! | `layer_types` | top level | `rope_parameters` nested per layer type (Gemma 3/4): pick one with [`RopeConfig::from_hf_config_layer`] |
+//! | `qk_rope_head_dim` | top level | the rotated width of DeepSeek's latent-attention heads (wins over `head_dim`) |
+//! | `rope_interleave` | top level | interleaved pairs ([`RopeLayout::Interleaved`]); default true for DeepSeek V3 and kin, always for DeepSeek V2 |
+//! | `text_config` | top level | a multimodal config's language model, read instead of the top level |
+//!
+//! Gemma 3's `rope_scaling`, `rope_theta` and `rope_local_base_freq` become one rope per
+//! attention kind (`"full_attention"`, `"sliding_attention"`), and Gemma 4's global layers use
+//! `global_head_dim` (default 512), as their transformers config classes do.
 //!
 //! A key left out takes the default of the model type's transformers config class (`model_type`
 //! names it): `rope_theta` 500 000 for `bitnet`, `partial_rotary_factor` 0.5 for `phi`, a
