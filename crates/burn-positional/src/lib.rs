@@ -47,7 +47,7 @@ mod t5_bias;
 pub use alibi::{Alibi, AlibiConfig, alibi_slopes};
 pub use attention::{
     AttentionInput, AttentionOutput, KvCache, ScoreBias, ScoreBiasConfig, SelfAttention,
-    SelfAttentionConfig, padding_mask,
+    SelfAttentionConfig, TILE_VALUES, padding_mask,
 };
 /// The fused forward ([`EmbeddingWithPosition`]'s default path), for direct use.
 pub use burn_positional_kernels as kernels;

@@ -16,7 +16,7 @@ use burn::nn::Initializer;
 use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
 
 use crate::PositionError;
-use crate::cache::{DeviceKey, ShapeCache};
+use crate::cache::{DeviceKey, Grown, ShapeCache};
 
 /// Configuration of [`T5Bias`].
 #[derive(Config, Debug, PartialEq)]
@@ -65,6 +65,10 @@ pub struct T5Bias {
     /// Bucket ids by shape and direction, shared by clones.
     #[module(skip)]
     buckets: ShapeCache<Tensor<2, Int>, (Bucketing, DeviceKey)>,
+    /// The bucket of each clamped distance (`-max_distance..=max_distance`), for the tiled
+    /// attention's compact form; shared by clones.
+    #[module(skip)]
+    distance_buckets: Grown<Tensor<1, Int>, (Bucketing, DeviceKey)>,
 }
 
 impl ModuleDisplay for T5Bias {
@@ -175,6 +179,7 @@ impl T5BiasConfig {
                 .init([self.num_buckets, self.n_heads], device),
             max_distance: self.max_distance,
             buckets: ShapeCache::default(),
+            distance_buckets: Grown::default(),
         })
     }
 }
@@ -242,19 +247,49 @@ impl T5Bias {
     }
 }
 
+impl T5Bias {
+    /// The bias of every relative distance `key - query` clamped to `±max_distance` (farther
+    /// ones share the last bucket of their side), for a causal block if `causal` is set:
+    /// `[n_heads, 2 max_distance + 1]`, entry `clamp(key - query) + max_distance`. The compact
+    /// form the tiled attention looks up in each tile; one gather from the table per call, so
+    /// gradients reach it.
+    pub(crate) fn bias_by_distance(&self, causal: bool) -> Tensor<2> {
+        let device = self.table.device();
+        let [num_buckets, _] = self.table.shape().dims();
+        let bucketing = Bucketing {
+            causal,
+            num_buckets,
+            max_distance: self.max_distance,
+        };
+        let key = (bucketing.clone(), DeviceKey::new(&device, DType::I64));
+        let lookup = self.distance_buckets.with(&key, |slot| {
+            slot.get_or_insert_with(|| distance_lookup(&bucketing, &device))
+                .clone()
+        });
+        self.table.val().transpose().select(1, lookup)
+    }
+}
+
+/// The bucket of each distance in `-max_distance..=max_distance`, on the device.
+fn distance_lookup(bucketing: &Bucketing, device: &Device) -> Tensor<1, Int> {
+    let reach = bucketing.max_distance as i64;
+    let lookup: Vec<i64> = (-reach..=reach)
+        .map(|rel| {
+            t5_bucket(
+                rel,
+                !bucketing.causal,
+                bucketing.num_buckets,
+                bucketing.max_distance,
+            ) as i64
+        })
+        .collect();
+    Tensor::<1, Int>::from_data(TensorData::new(lookup, [2 * reach as usize + 1]), device)
+}
+
 /// Bucket ids for queries and keys at `0..n`.
 fn build_buckets(bucketing: &Bucketing, n: usize, device: &Device) -> Tensor<2, Int> {
-    let Bucketing {
-        causal,
-        num_buckets,
-        max_distance,
-    } = *bucketing;
-    let reach = max_distance as i64;
-    let lookup: Vec<i64> = (-reach..=reach)
-        .map(|rel| t5_bucket(rel, !causal, num_buckets, max_distance) as i64)
-        .collect();
-    let lookup =
-        Tensor::<1, Int>::from_data(TensorData::new(lookup, [2 * reach as usize + 1]), device);
+    let reach = bucketing.max_distance as i64;
+    let lookup = distance_lookup(bucketing, device);
     let index = Tensor::<1, Int>::arange(0..n as i64, device);
     // key - query, clamped to the lookup's range and shifted to index it.
     let relative = (index.clone().reshape([1, n]) - index.reshape([n, 1]))

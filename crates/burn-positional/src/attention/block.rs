@@ -11,6 +11,7 @@ use burn::tensor::{Bool, Shape, Tensor};
 use super::kv_cache::BlockId;
 use super::mask::CausalMasks;
 use super::score_bias::cast;
+use super::tiled::{CompactBias, tile_rows, tiled_attention};
 use super::{AttentionInput, AttentionOutput, KvCache, ScoreBias};
 use crate::Rope;
 
@@ -101,6 +102,10 @@ pub struct SelfAttention {
     /// Causal masks by shape (the spelled-out path), shared by clones.
     #[module(skip)]
     pub(super) causal_masks: CausalMasks,
+    /// Query rows per tile of the tiled attention (see
+    /// [`SelfAttentionConfig::tile_rows`](crate::SelfAttentionConfig::tile_rows)).
+    #[module(skip)]
+    pub tile_rows: Option<usize>,
 }
 
 impl ModuleDisplay for SelfAttention {
@@ -318,6 +323,22 @@ impl SelfAttention {
         }
         if let (true, Some(rope)) = (rotate_after_cache, &self.rope) {
             k = rope.apply(k, 0); // positions 0..seq_k: the same length, the same frequencies
+        }
+        // The tiled path: the block's own ALiBi or T5 bias computed inside tiles of queries,
+        // never the seq x seq square (without autodiff, or wherever tile_rows is set).
+        let tiled = path == Path::Fused
+            && score_bias.is_none()
+            && (self.tile_rows.is_some() || (self.score_bias.is_some() && !device.is_autodiff()));
+        if tiled {
+            let compact = self
+                .score_bias
+                .as_ref()
+                .map_or(CompactBias::None, |bias| bias.compact(self.causal));
+            let tile = tile_rows(self.tile_rows, batch, n_heads, seq_k);
+            let context =
+                tiled_attention(q, k, v, &compact, self.causal, offset, key_padding, tile);
+            let merged = context.swap_dims(1, 2).reshape([batch, seq, d_model]);
+            return (self.output.forward(merged), None);
         }
         let dtype = q.dtype();
         let own = self

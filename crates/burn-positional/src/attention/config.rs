@@ -47,6 +47,14 @@ pub struct SelfAttentionConfig {
     /// [`AttentionInput`](super::AttentionInput) instead.
     #[config(default = "None")]
     pub score_bias: Option<ScoreBiasConfig>,
+    /// Query rows per tile of the tiled attention, which computes a block's own ALiBi or T5
+    /// bias inside each tile instead of materializing the `seq x seq` bias. `None` (the
+    /// default): tiles of at most [`TILE_VALUES`](crate::TILE_VALUES) scores, on devices
+    /// without autodiff. `Some(rows)` forces the tiled path on every device and for every
+    /// scheme (on autodiff devices every tile is kept for the backward, as the spelled-out
+    /// path keeps its square).
+    #[config(default = "None")]
+    pub tile_rows: Option<usize>,
 }
 
 impl SelfAttentionConfig {
@@ -192,6 +200,7 @@ impl SelfAttentionConfig {
             score_bias: self.score_bias.as_ref().map(|bias| bias.init(device)),
             id: BlockId::next(),
             causal_masks: CausalMasks::default(),
+            tile_rows: self.tile_rows,
         }))
     }
 

@@ -13,9 +13,11 @@ mod input;
 mod kv_cache;
 mod mask;
 mod score_bias;
+mod tiled;
 
 pub use block::SelfAttention;
 pub use config::SelfAttentionConfig;
 pub use input::{AttentionInput, AttentionOutput, padding_mask};
 pub use kv_cache::KvCache;
 pub use score_bias::{ScoreBias, ScoreBiasConfig};
+pub use tiled::TILE_VALUES;

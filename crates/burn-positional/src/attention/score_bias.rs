@@ -4,6 +4,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{DType, Device, Tensor};
 
+use super::tiled::CompactBias;
 use crate::{Alibi, AlibiConfig, PositionError, T5Bias, T5BiasConfig};
 
 /// A score bias a block owns.
@@ -84,6 +85,20 @@ impl ScoreBias {
         match self {
             Self::Alibi(alibi) => alibi.bias_as(offset, seq_q, seq_k, dtype),
             Self::T5(t5) => cast(t5.bias(offset, seq_q, seq_k, causal), dtype),
+        }
+    }
+}
+
+impl ScoreBias {
+    /// The bias in the compact form the tiled attention computes each tile from: ALiBi's slopes,
+    /// or T5's bias per clamped distance (gathered from the table here, once per call).
+    pub(super) fn compact(&self, causal: bool) -> CompactBias {
+        match self {
+            Self::Alibi(alibi) => CompactBias::Alibi(alibi.slopes()),
+            Self::T5(t5) => CompactBias::ByDistance {
+                bias: t5.bias_by_distance(causal),
+                reach: t5.max_distance,
+            },
         }
     }
 }

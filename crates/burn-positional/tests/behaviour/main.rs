@@ -49,3 +49,4 @@ mod pretrained;
 mod records;
 mod shared_state;
 mod sinusoidal;
+mod tiled_attention;
