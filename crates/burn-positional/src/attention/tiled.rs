@@ -1,13 +1,12 @@
 //! Attention in tiles of queries, with the position scheme in compact form: the scores and the
 //! bias of one tile (`tile x seq_k`) exist at a time, never the `seq_q x seq_k` square.
 //!
-//! For each tile of query rows `r0..r1` (positions `offset + r0..offset + r1`):
+//! For each tile of query rows `r0..r1` (positions `offset + r0..offset + r1`), over the keys
+//! it can see (all, or for a causal block those up to its last query):
 //!
 //! ```text
-//! rel      = key position - query position                  [tile, seq_k] ints, from arange
-//! scores   = q[r0..r1] k^T / sqrt(d_head) + bias(rel)        [batch, n_heads, tile, seq_k]
-//! scores   = -inf where rel > 0 (causal) or the key is padding
-//! out[r0..r1] = softmax(scores) v                           (a row with no key left is 0)
+//! rel         = key position - query position            [tile, keys] ints, from arange
+//! out[r0..r1] = attention(q[r0..r1], k, v, bias(rel), padding, causal)   burn's attention
 //! ```
 //!
 //! with `bias(rel)` computed in the tile from the scheme's compact form: ALiBi's one slope per
@@ -15,7 +14,9 @@
 //! gathered from the learned table once per call, so gradients reach the table). Memory is
 //! `O(tile x seq_k)` per step, linear in the sequence for a fixed tile.
 
-use burn::tensor::{Bool, Int, Tensor, activation::softmax};
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{Bool, Int, Tensor};
 
 /// Floats one tile's scores may hold when the tile size is left to the block:
 /// `batch x n_heads x tile x seq_k <= TILE_VALUES` (16 MiB of f32), at least one row.
@@ -49,6 +50,11 @@ pub(crate) fn tile_rows(
 /// `offset..offset + seq_q`) over `k`, `v` (`[batch, n_heads, seq_k, d_head]`, keys at
 /// `0..seq_k`), `tile` query rows at a time. `key_padding`: `[batch, seq_k]`, true where a key
 /// is padding. Returns `[batch, n_heads, seq_q, d_head]`.
+///
+/// Each tile is one call of burn's `attention` with the tile's bias: on flex that is burn's own
+/// tiled kernel, elsewhere its unfused path on `tile x seq_k` scores. A causal tile attends to
+/// the keys up to its last query only (the rest are masked for all its rows), which also halves
+/// the work: burn's causal mask is aligned to the last key, which then is the tile's last query.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tiled_attention(
     q: Tensor<4>,
@@ -64,10 +70,6 @@ pub(crate) fn tiled_attention(
     let [_, _, seq_k, _] = k.dims();
     let device = q.device();
     let dtype = q.dtype();
-    let scale = 1.0 / (d_head as f64).sqrt();
-    let k_t = k.swap_dims(2, 3); // [batch, n_heads, d_head, seq_k]
-    // [batch, seq_k] -> [batch, 1, 1, seq_k], broadcast over heads and rows.
-    let padding = key_padding.map(|mask| mask.reshape([batch, 1, 1, seq_k]));
     let bias = match bias {
         CompactBias::Alibi(slopes) => CompactBias::Alibi(slopes.clone().cast(dtype)),
         CompactBias::ByDistance { bias, reach } => CompactBias::ByDistance {
@@ -76,67 +78,76 @@ pub(crate) fn tiled_attention(
         },
         CompactBias::None => CompactBias::None,
     };
-    let keys = Tensor::<1, Int>::arange(0..seq_k as i64, &device).reshape([1, seq_k]);
     let mut tiles = Vec::with_capacity(seq_q.div_ceil(tile));
     let mut r0 = 0;
     while r0 < seq_q {
         let r1 = (r0 + tile).min(seq_q);
         let rows = r1 - r0;
+        // Keys this tile can see: all of them, or (causal) those up to its last query.
+        let keys = if causal {
+            (offset + r1).min(seq_k)
+        } else {
+            seq_k
+        };
         let q_tile = q.clone().slice([0..batch, 0..n_heads, r0..r1, 0..d_head]);
-        let mut scores = q_tile.matmul(k_t.clone()).mul_scalar(scale); // [batch, n_heads, rows, seq_k]
-        let needs_positions = causal || !matches!(bias, CompactBias::None);
-        let relative = needs_positions.then(|| {
+        let (k_tile, v_tile) = if keys == seq_k {
+            (k.clone(), v.clone())
+        } else {
+            (
+                k.clone().slice([0..batch, 0..n_heads, 0..keys, 0..d_head]),
+                v.clone().slice([0..batch, 0..n_heads, 0..keys, 0..d_head]),
+            )
+        };
+        // key position - query position, [rows, keys]
+        let relative = || {
             let first = (offset + r0) as i64;
-            let queries =
+            let key_positions =
+                Tensor::<1, Int>::arange(0..keys as i64, &device).reshape([1, keys]);
+            let query_positions =
                 Tensor::<1, Int>::arange(first..first + rows as i64, &device).reshape([rows, 1]);
-            keys.clone() - queries // [rows, seq_k]: key position - query position
-        });
-        match (&bias, &relative) {
-            (CompactBias::Alibi(slopes), Some(relative)) => {
-                let distance = relative.clone().abs().float().cast(dtype);
-                let term = distance
-                    .reshape([1, 1, rows, seq_k])
+            key_positions - query_positions
+        };
+        let term = match &bias {
+            CompactBias::None => None,
+            CompactBias::Alibi(slopes) => Some(
+                relative()
+                    .abs()
+                    .float()
+                    .cast(dtype)
+                    .reshape([1, 1, rows, keys])
                     .mul(slopes.clone().reshape([1, n_heads, 1, 1]))
-                    .neg();
-                scores = scores + term;
-            }
-            (CompactBias::ByDistance { bias, reach }, Some(relative)) => {
+                    .neg(),
+            ),
+            CompactBias::ByDistance { bias, reach } => {
                 let reach = *reach as i64;
-                let index = relative
-                    .clone()
+                let index = relative()
                     .clamp(-reach, reach)
                     .add_scalar(reach)
-                    .reshape([rows * seq_k]);
-                let term = bias
-                    .clone()
-                    .select(1, index)
-                    .reshape([1, n_heads, rows, seq_k]);
-                scores = scores + term;
+                    .reshape([rows * keys]);
+                Some(
+                    bias.clone()
+                        .select(1, index)
+                        .reshape([1, n_heads, rows, keys]),
+                )
             }
-            _ => {}
-        }
-        if causal {
-            let later = relative
-                .as_ref()
-                .expect("computed when causal")
-                .clone()
-                .greater_elem(0)
-                .reshape([1, 1, rows, seq_k])
-                .expand([batch, n_heads, rows, seq_k]);
-            scores = scores.mask_fill(later, f32::NEG_INFINITY);
-        }
-        if let Some(padding) = &padding {
-            scores = scores.mask_fill(
-                padding.clone().expand([batch, n_heads, rows, seq_k]),
-                f32::NEG_INFINITY,
-            );
-        }
-        let mut weights = softmax(scores, 3);
-        if padding.is_some() {
-            // A query whose keys are all padding: zero attention, as burn's fused attention.
-            weights = weights.clone().mask_fill(weights.is_nan(), 0.0);
-        }
-        tiles.push(weights.matmul(v.clone()));
+        };
+        let padding = key_padding.as_ref().map(|mask| {
+            mask.clone()
+                .slice([0..batch, 0..keys])
+                .reshape([batch, 1, 1, keys])
+                .expand([batch, n_heads, rows, keys])
+        });
+        tiles.push(attention(
+            q_tile,
+            k_tile,
+            v_tile,
+            padding,
+            term,
+            AttentionModuleOptions {
+                is_causal: causal,
+                ..Default::default()
+            },
+        ));
         r0 = r1;
     }
     Tensor::cat(tiles, 2)

@@ -1,0 +1,188 @@
+//! Memory against length: the growth of the process's peak resident memory (`VmHWM` minus
+//! `VmRSS` after setup, Linux) during one forward, and one forward plus backward, of a causal
+//! block at batch 1, d_model 256, 8 heads, for each scheme, beside burn's own `attention`
+//! without a bias on q, k, v of the same shapes. Each case runs in a process of its own (this
+//! binary, re-invoked), so no case inherits another's allocations. Also the wall time of the
+//! forward (median of three after one warm-up), synced inside the timed region.
+//!
+//! ```text
+//! cargo bench -p burn-positional-benches --bench attention_memory
+//! BENCH_DEVICES=wgpu MAX_SEQ=4096 cargo bench -p burn-positional-benches --bench attention_memory
+//! ```
+//!
+//! On wgpu without a GPU (Mesa's lavapipe) device memory is host memory, so the same counter
+//! measures it: those figures are CPU-emulated. Forward plus backward stops at `MAX_BACKWARD`
+//! (4096 by default): the spelled-out backward keeps `n_heads x seq^2` floats per saved tensor.
+
+use std::process::Command;
+use std::time::Instant;
+
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn_positional::SelfAttentionConfig;
+use burn_positional_examples::device::{DeviceChoice, open};
+
+const D_MODEL: usize = 256;
+const N_HEADS: usize = 8;
+const SCHEMES: [&str; 5] = ["burn attention", "none", "rope", "alibi", "t5"];
+
+fn kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find(|line| line.starts_with(field))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
+}
+
+/// The child: one case, prints `growth_mib time_ms`.
+fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
+    let choice: DeviceChoice = device_name
+        .parse()
+        .unwrap_or_else(|e: String| panic!("{e}"));
+    let device = open(choice)
+        .unwrap_or_else(|reason| panic!("{reason}"))
+        .device;
+    let device = if backward { device.autodiff() } else { device };
+    device.seed(1);
+    let run: Box<dyn Fn() -> Tensor<3>> = if scheme == "burn attention" {
+        let d_head = D_MODEL / N_HEADS;
+        let qkv = || {
+            let t = Tensor::<4>::random(
+                [1, N_HEADS, seq, d_head],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            if backward { t.require_grad() } else { t }
+        };
+        let (q, k, v) = (qkv(), qkv(), qkv());
+        Box::new(move || {
+            let options = AttentionModuleOptions {
+                is_causal: true,
+                ..Default::default()
+            };
+            attention(q.clone(), k.clone(), v.clone(), None, None, options)
+                .reshape([1, seq, D_MODEL])
+        })
+    } else {
+        let config = SelfAttentionConfig::new(D_MODEL, N_HEADS).with_causal(true);
+        let config = match scheme {
+            "none" => config,
+            "rope" => config.with_rotary(),
+            "alibi" => config.with_alibi(),
+            "t5" => config.with_t5(),
+            other => panic!("unknown scheme {other}"),
+        };
+        let block = config.init(&device);
+        let x = Tensor::<3>::random([1, seq, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
+        let x = if backward { x.require_grad() } else { x };
+        Box::new(move || block.forward(x.clone()))
+    };
+    let step = || {
+        let out = run();
+        if backward {
+            let grads = out.sum().backward();
+            drop(grads);
+        } else {
+            let _ = out.sum().into_scalar::<f32>();
+        }
+        device.sync().expect("the device syncs");
+    };
+    // Setup done: the growth from here is the case's.
+    device.sync().expect("the device syncs");
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak (Linux)");
+    let base = kib("VmRSS");
+    step();
+    let growth = kib("VmHWM").saturating_sub(base);
+    let mut times = Vec::new();
+    if !backward {
+        for _ in 0..3 {
+            let start = Instant::now();
+            step();
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(f64::total_cmp);
+    }
+    println!(
+        "{} {}",
+        growth / 1024,
+        times.get(1).copied().unwrap_or(f64::NAN)
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--case") {
+        let [device, scheme, seq, backward] = [1, 2, 3, 4].map(|i| args[at + i].clone());
+        case(
+            &device,
+            &scheme,
+            seq.parse().unwrap(),
+            backward == "backward",
+        );
+        return;
+    }
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (max_seq, max_backward) = (env("MAX_SEQ", 16384), env("MAX_BACKWARD", 4096));
+    let devices = std::env::var("BENCH_DEVICES").unwrap_or_else(|_| "flex".into());
+    let lengths: Vec<usize> = [1024, 2048, 4096, 8192, 16384]
+        .into_iter()
+        .filter(|&n| n <= max_seq)
+        .collect();
+    let me = std::env::current_exe().unwrap();
+    for device in devices.split(',') {
+        for backward in [false, true] {
+            let what = if backward {
+                "forward + backward"
+            } else {
+                "forward"
+            };
+            println!("\n{device}, {what}: peak memory growth, MiB (forward time, ms)\n");
+            println!("| seq | {} |", SCHEMES.join(" | "));
+            println!("|{}", " --- |".repeat(SCHEMES.len() + 1));
+            for &seq in &lengths {
+                let mut row = format!("| {seq} |");
+                for scheme in SCHEMES {
+                    if backward && seq > max_backward {
+                        row.push_str(" not run |");
+                        continue;
+                    }
+                    let out = Command::new(&me)
+                        .args(["--case", device, scheme, &seq.to_string()])
+                        .arg(if backward { "backward" } else { "forward" })
+                        .output()
+                        .expect("run a case");
+                    let text = String::from_utf8_lossy(&out.stdout);
+                    let cell = match text.split_whitespace().collect::<Vec<_>>()[..] {
+                        [mib, _] if out.status.success() && backward => format!(" {mib} |"),
+                        [mib, ms] if out.status.success() => format!(
+                            " {mib} ({ms:.0}) |",
+                            ms = ms.parse::<f64>().unwrap_or(f64::NAN)
+                        ),
+                        _ => format!(
+                            " failed: {} |",
+                            String::from_utf8_lossy(&out.stderr)
+                                .lines()
+                                .last()
+                                .unwrap_or("?")
+                        ),
+                    };
+                    row.push_str(&cell);
+                    eprintln!(
+                        "{device} {what} {scheme} {seq}: {}",
+                        cell.trim_end_matches('|').trim()
+                    );
+                }
+                println!("{row}");
+            }
+        }
+    }
+}
