@@ -97,16 +97,24 @@ fn gap_with_scheme(scheme: PositionSchemeConfig, causal: bool, device: &Device) 
                     Tensor::<1, Int>::from_data(TensorData::new(index, [seq]), device),
                 )
             };
-            let lhs = block.forward(embed.forward(permuted_ids));
+            let embedded = embed.forward(permuted_ids);
+            let lhs = block.forward(embedded.clone());
             let rhs = permute(block.forward(embed.forward(ids)), &perm);
-            let gap = max_abs_diff(lhs, rhs);
+            let gap = max_abs_diff(lhs.clone(), rhs.clone());
+            let shown = |t: Tensor<3>| t.into_data().iter::<f32>().take(6).collect::<Vec<_>>();
+            let context = format!(
+                "embedded {:?}, lhs {:?}, rhs {:?}",
+                shown(embedded),
+                shown(lhs),
+                shown(rhs)
+            );
             let want_equal = scheme == PositionSchemeConfig::None && !causal;
             if want_equal {
                 prop_assert!(gap < EQUAL, "{scheme:?}: gap {gap}");
             } else {
                 prop_assert!(
                     gap > CLEARLY_DIFFERENT,
-                    "{scheme:?}, causal {causal}: gap only {gap}"
+                    "{scheme:?}, causal {causal}: gap only {gap} ({context})"
                 );
             }
             Ok(())

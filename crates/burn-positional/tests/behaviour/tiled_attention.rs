@@ -194,6 +194,7 @@ pub fn tiled_gradients_equal_the_spelled_out_gradients(device: &Device) {
 }
 
 on_every_device!(
+    a_longer_forward_first_changes_nothing,
     tiled_equals_the_spelled_out_path,
     the_default_tiled_path_equals_the_spelled_out_path,
     tiled_cached_decoding_equals_the_full_forward,
@@ -201,4 +202,25 @@ on_every_device!(
 mod backward {
     use super::tiled_gradients_equal_the_spelled_out_gradients;
     on_every_autodiff_device!(tiled_gradients_equal_the_spelled_out_gradients);
+}
+
+/// A block that has attended to a longer sequence gives a shorter one what a block that never
+/// did gives (the tiled path builds its masks from positions, the spelled-out path windows a
+/// cached square): on wgpu with autodiff a strided window of the cached causal mask once let
+/// each query see itself alone after a forward at seq 7.
+pub fn a_longer_forward_first_changes_nothing(device: &Device) {
+    device.seed(15);
+    let spelled = block(Scheme::None, true, None, device);
+    let mut tiled = spelled.clone();
+    tiled.tile_rows = Some(4);
+    let x = |seq| Tensor::<3>::random([1, seq, D_MODEL], Distribution::Normal(0.0, 1.0), device);
+    let _ = spelled.forward_weights(AttentionInput::new(x(7)));
+    let short = x(2);
+    close(
+        spelled
+            .forward_weights(AttentionInput::new(short.clone()))
+            .output,
+        tiled.forward(short),
+        "seq 2 after seq 7",
+    );
 }

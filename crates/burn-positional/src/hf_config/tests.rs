@@ -1,0 +1,189 @@
+//! The reader's errors and defaults, message by message.
+
+use super::*;
+
+fn error(json: &str) -> String {
+    RopeConfig::from_hf_config(json).unwrap_err().to_string()
+}
+
+const HEADS: &str =
+    r#""hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 128"#;
+
+#[test]
+fn an_unknown_rope_type_is_an_error_naming_it_and_the_known_ones() {
+    let message = error(&format!(
+        r#"{{{HEADS}, "rope_scaling": {{"type": "su", "factor": 2.0}}}}"#
+    ));
+    assert!(
+        message.contains("`rope_scaling.type` is \"su\""),
+        "{message}"
+    );
+    assert!(message.contains("yarn, longrope, llama3"), "{message}");
+    let message = error(&format!(
+        r#"{{{HEADS}, "rope_parameters": {{"rope_type": "axial"}}}}"#
+    ));
+    assert!(
+        message.contains("`rope_parameters.rope_type` is \"axial\""),
+        "{message}"
+    );
+}
+
+#[test]
+fn missing_fields_are_named_with_what_needs_them() {
+    for (params, field) in [
+        (r#"{"rope_type": "linear"}"#, "rope_parameters.factor"),
+        (r#"{"rope_type": "dynamic"}"#, "rope_parameters.factor"),
+        (
+            r#"{"rope_type": "yarn", "original_max_position_embeddings": 64}"#,
+            "rope_parameters.factor",
+        ),
+        (
+            r#"{"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0}"#,
+            "rope_parameters.low_freq_factor",
+        ),
+        (
+            r#"{"rope_type": "longrope", "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}"#,
+            "rope_parameters.short_factor",
+        ),
+    ] {
+        let message = error(&format!(r#"{{{HEADS}, "rope_parameters": {params}}}"#));
+        assert!(
+            message.contains(&format!("`{field}` is missing")),
+            "{params}: {message}"
+        );
+    }
+    let message = error(r#"{"hidden_size": 64}"#);
+    assert!(
+        message.contains("`num_attention_heads` is missing"),
+        "{message}"
+    );
+    let message = error(
+        r#"{"num_attention_heads": 4, "rope_scaling": {"type": "dynamic", "factor": 2}, "hidden_size": 64}"#,
+    );
+    assert!(
+        message.contains("`max_position_embeddings` is missing"),
+        "{message}"
+    );
+}
+
+#[test]
+fn wrong_types_and_inconsistent_values_are_named() {
+    let message = error(&format!(r#"{{{HEADS}, "rope_theta": "10000"}}"#));
+    assert!(
+        message.contains("`rope_theta` is \"10000\", expected a number"),
+        "{message}"
+    );
+    let message = error(&format!(
+        r#"{{{HEADS}, "rope_parameters": {{"rope_type": "longrope", "short_factor": [1, 2],
+            "long_factor": [1, 2], "original_max_position_embeddings": 32}}}}"#
+    ));
+    assert!(
+        message.contains("short_factor of 2") && message.contains("give 8 factors"),
+        "{message}"
+    );
+    let message = error(&format!(r#"{{{HEADS}, "partial_rotary_factor": 1.5}}"#));
+    assert!(
+        message.contains("partial_rotary_factor` is 1.5"),
+        "{message}"
+    );
+    let message = error("[1, 2]");
+    assert!(message.contains("not a JSON object"), "{message}");
+    let message = RopeConfig::from_hf_config_file("/nonexistent/config.json")
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("/nonexistent/config.json"), "{message}");
+}
+
+#[test]
+fn per_layer_parameters_are_read_by_layer_type() {
+    let json = format!(
+        r#"{{{HEADS}, "layer_types": ["sliding_attention", "full_attention"],
+            "rope_parameters": {{
+                "sliding_attention": {{"rope_type": "default", "rope_theta": 10000.0}},
+                "full_attention": {{"rope_type": "proportional", "rope_theta": 1000000.0,
+                                    "partial_rotary_factor": 0.25}}}}}}"#
+    );
+    let message = error(&json);
+    assert!(
+        message.contains("\"full_attention\", \"sliding_attention\"")
+            && message.contains("from_hf_config_layer"),
+        "{message}"
+    );
+    let full = RopeConfig::from_hf_config_layer(&json, "full_attention").unwrap();
+    assert_eq!((full.base, full.rotary_dims), (1e6, Some(16)));
+    assert!(matches!(full.scaling, RopeScaling::Proportional(_)));
+    let sliding = RopeConfig::from_hf_config_layer(&json, "sliding_attention").unwrap();
+    assert_eq!(
+        (sliding.base, sliding.scaling),
+        (10_000.0, RopeScaling::None)
+    );
+    let message = RopeConfig::from_hf_config_layer(&json, "global")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("\"global\" is not one of them"),
+        "{message}"
+    );
+}
+
+#[test]
+fn transformers_defaults_fill_what_the_file_leaves_out() {
+    // Generic: theta 10 000, whole head, half-split, transformers' arithmetic.
+    let plain = RopeConfig::from_hf_config(&format!("{{{HEADS}}}")).unwrap();
+    assert_eq!(
+        (plain.d_head, plain.base, plain.rotary_dims),
+        (16, 10_000.0, Some(16))
+    );
+    assert_eq!(
+        (plain.layout, plain.arithmetic),
+        (RopeLayout::HalfSplit, RopeArithmetic::Transformers)
+    );
+    // The model type's class defaults.
+    let phi = RopeConfig::from_hf_config(&format!(r#"{{"model_type": "phi", {HEADS}}}"#)).unwrap();
+    assert_eq!(phi.rotary_dims, Some(8));
+    let neox =
+        RopeConfig::from_hf_config(&format!(r#"{{"model_type": "gpt_neox", {HEADS}}}"#)).unwrap();
+    assert_eq!(neox.rotary_dims, Some(4));
+    let bitnet =
+        RopeConfig::from_hf_config(&format!(r#"{{"model_type": "bitnet", {HEADS}}}"#)).unwrap();
+    assert_eq!(bitnet.base, 500_000.0);
+    // Llama's own default ignores partial_rotary_factor; its linear scaling does not.
+    let llama = |params: &str| {
+        RopeConfig::from_hf_config(&format!(
+            r#"{{"model_type": "llama", {HEADS}, "partial_rotary_factor": 0.5 {params}}}"#
+        ))
+        .unwrap()
+    };
+    assert_eq!(llama("").rotary_dims, Some(16));
+    assert_eq!(
+        llama(r#", "rope_scaling": {"type": "linear", "factor": 2}"#).rotary_dims,
+        Some(8)
+    );
+    // yarn: `truncate` absent is true, null is false; `factor: null` is max / original.
+    let yarn = |extra: &str| {
+        let json = format!(
+            r#"{{{HEADS}, "rope_scaling": {{"type": "yarn", "factor": null,
+                "original_max_position_embeddings": 32 {extra}}}}}"#
+        );
+        match RopeConfig::from_hf_config(&json).unwrap().scaling {
+            RopeScaling::Yarn(y) => y,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!((yarn("").truncate, yarn("").factor), (true, 4.0));
+    assert!(!yarn(r#", "truncate": null"#).truncate);
+    // Phi-3 keeps original_max_position_embeddings at the top level; it wins.
+    let phi3 = RopeConfig::from_hf_config(&format!(
+        r#"{{"model_type": "phi3", {HEADS}, "original_max_position_embeddings": 16,
+            "rope_scaling": {{"type": "longrope", "short_factor": [1,1,1,1,1,1,1,1],
+            "long_factor": [2,2,2,2,2,2,2,2], "original_max_position_embeddings": 64}}}}"#
+    ))
+    .unwrap();
+    let RopeScaling::LongRope(long) = phi3.scaling else {
+        panic!()
+    };
+    assert_eq!(
+        (long.original_max_position_embeddings, long.factor),
+        (16, 8.0)
+    );
+}
