@@ -25,7 +25,7 @@
 //! top-level `original_max_position_embeddings` of 4096 for `phi3`, and so on, from a table
 //! written by `tools/hf_rope_fixtures.py` (82 model types of transformers 5.24); other types
 //! take the generic 10 000, 1 and none. With `rope_type: "default"`, the model types whose own
-//! rotary module ignores `partial_rotary_factor` (Llama, Qwen 2, Mistral and 160 others, listed
+//! rotary module ignores `partial_rotary_factor` (Llama, Qwen 2, Mistral and 240 others, listed
 //! by the same script) rotate the whole head, as they do in transformers. GPT-NeoX reads its own keys, `rotary_emb_base` and
 //! `rotary_pct`, instead of `rope_theta` / `partial_rotary_factor`. Anything missing, of the wrong type, unknown (an
 //! unknown `rope_type` included) or inconsistent is a [`HfConfigError`] naming the field; a
