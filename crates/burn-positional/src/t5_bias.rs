@@ -203,14 +203,7 @@ impl T5Bias {
         if seq_q == 0 || seq_k == 0 {
             return Tensor::zeros(Shape::new([seq_q, seq_k]), &device);
         }
-        let [num_buckets, _] = self.table.shape().dims();
-        let bucketing = Bucketing {
-            causal,
-            num_buckets,
-            max_distance: self.max_distance,
-        };
-        // Int tensors come in the device's int dtype; the key needs only to be constant.
-        let key = (bucketing.clone(), DeviceKey::new(&device, DType::I64));
+        let (bucketing, key) = self.bucketing(causal, &device);
         self.buckets.get(key, offset, seq_q, seq_k, |n| {
             build_buckets(&bucketing, n, &device)
         })
@@ -248,6 +241,19 @@ impl T5Bias {
 }
 
 impl T5Bias {
+    /// What cached bucket ids depend on, and the cache key for them on `device` (int tensors
+    /// come in the device's int dtype; the key needs only to be constant).
+    fn bucketing(&self, causal: bool, device: &Device) -> (Bucketing, (Bucketing, DeviceKey)) {
+        let [num_buckets, _] = self.table.shape().dims();
+        let bucketing = Bucketing {
+            causal,
+            num_buckets,
+            max_distance: self.max_distance,
+        };
+        let key = (bucketing.clone(), DeviceKey::new(device, DType::I64));
+        (bucketing, key)
+    }
+
     /// The bias of every relative distance `key - query` clamped to `±max_distance` (farther
     /// ones share the last bucket of their side), for a causal block if `causal` is set:
     /// `[n_heads, 2 max_distance + 1]`, entry `clamp(key - query) + max_distance`. The compact
@@ -255,13 +261,7 @@ impl T5Bias {
     /// gradients reach it.
     pub(crate) fn bias_by_distance(&self, causal: bool) -> Tensor<2> {
         let device = self.table.device();
-        let [num_buckets, _] = self.table.shape().dims();
-        let bucketing = Bucketing {
-            causal,
-            num_buckets,
-            max_distance: self.max_distance,
-        };
-        let key = (bucketing.clone(), DeviceKey::new(&device, DType::I64));
+        let (bucketing, key) = self.bucketing(causal, &device);
         let lookup = self.distance_buckets.with(&key, |slot| {
             slot.get_or_insert_with(|| distance_lookup(&bucketing, &device))
                 .clone()

@@ -483,9 +483,7 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
             let original = original()?;
             // `factor` is required; `null` means max_position_embeddings / original.
             if !rope.map.contains_key("factor") {
-                return Err(rope
-                    .required::<f64>("factor", None, "yarn's ramp and attention factor use it")
-                    .unwrap_err());
+                rope.required::<f64>("factor", None, "yarn's ramp and attention factor use it")?;
             }
             let factor = match rope.f64("factor")? {
                 Some(f) => f,

@@ -350,13 +350,14 @@ impl Rope {
             );
         }
         let device = self.cos.device();
-        let (inv_freq, attention) = self.scaling.frequencies(
-            self.base,
-            self.rotary_dims,
-            self.scaling.length_of(regime),
-            self.arithmetic,
-        );
+        // The frequencies are computed only when a table is built, not on every call.
         let upload = |range: std::ops::Range<usize>| {
+            let (inv_freq, attention) = self.scaling.frequencies(
+                self.base,
+                self.rotary_dims,
+                self.scaling.length_of(regime),
+                self.arithmetic,
+            );
             let (cos, sin) = angle_rows(
                 range.start as u64..range.end as u64,
                 &inv_freq,
