@@ -21,11 +21,12 @@ use burn::backend::{
         grads::Gradients,
         ops::{Backward, Ops, OpsKind},
     },
-    tensor::{FloatTensor, IntTensor},
+    tensor::{BoolTensor, FloatTensor, IntTensor},
 };
 use burn::tensor::{FloatDType, Shape};
 
 use crate::PositionalKernels;
+use crate::attention::{self, TileArgs, Wanted};
 use crate::options::{Combine, FusedEmbeddingOptions, KernelArgs};
 use crate::reference::{bool_dtype, id_ok, position_ok, positions_of, token_keep};
 
@@ -186,6 +187,107 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
                     args,
                 );
                 (prep.finish(output), status)
+            }
+        }
+    }
+
+    fn tiled_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        padding: BoolTensor<Self>,
+        args: TileArgs,
+    ) -> FloatTensor<Self> {
+        let padding = args.padded.then_some(padding);
+        match AttentionBackward
+            .prepare::<C>([q.node(), k.node(), v.node(), bias.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (q, k, v, bias) = (
+                    q.into_primitive(),
+                    k.into_primitive(),
+                    v.into_primitive(),
+                    bias.into_primitive(),
+                );
+                let (output, lse) = attention::forward::<B>(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    &bias,
+                    padding.as_ref(),
+                    &args,
+                );
+                let state = AttentionState {
+                    q,
+                    k,
+                    v,
+                    bias,
+                    padding,
+                    output: output.clone(),
+                    lse,
+                    args,
+                };
+                prep.finish(state, output)
+            }
+            OpsKind::UnTracked(prep) => {
+                let (output, _) = attention::forward::<B>(
+                    q.into_primitive(),
+                    k.into_primitive(),
+                    v.into_primitive(),
+                    &bias.into_primitive(),
+                    padding.as_ref(),
+                    &args,
+                );
+                prep.finish(output)
+            }
+        }
+    }
+}
+
+/// What the attention backward keeps: the inputs, the output and one log-sum-exp per query
+/// row; no `seq_q x seq_k` tensor.
+#[derive(Clone, Debug)]
+struct AttentionState<B: Backend> {
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    bias: FloatTensor<B>,
+    padding: Option<BoolTensor<B>>,
+    output: FloatTensor<B>,
+    lse: FloatTensor<B>,
+    args: TileArgs,
+}
+
+#[derive(Debug)]
+struct AttentionBackward;
+
+impl<B: Backend> Backward<B, 4> for AttentionBackward {
+    type State = AttentionState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_q, node_k, node_v, node_bias] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let s = ops.state;
+        let wanted = Wanted {
+            q: node_q.is_some(),
+            k: node_k.is_some(),
+            v: node_v.is_some(),
+            bias: node_bias.is_some(),
+        };
+        let g = attention::backward::<B>(
+            s.q, s.k, s.v, s.bias, s.padding, s.output, s.lse, grad, &s.args, wanted,
+        );
+        for (node, grad) in [
+            (node_q, g.q),
+            (node_k, g.k),
+            (node_v, g.v),
+            (node_bias, g.bias),
+        ] {
+            if let (Some(node), Some(grad)) = (node, grad) {
+                grads.register::<B>(node.id, grad);
             }
         }
     }

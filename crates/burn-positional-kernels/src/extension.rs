@@ -14,13 +14,14 @@
     allow(unused_variables)
 )]
 
+use crate::attention::{self, TileArgs};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use crate::options;
 use crate::options::KernelArgs;
 use crate::reference;
 use burn::backend::{
     Backend, backend_extension,
-    tensor::{FloatTensor, IntTensor},
+    tensor::{BoolTensor, FloatTensor, IntTensor},
 };
 
 /// The fused absolute-position embedding, as a burn backend extension. Plumbing: users call
@@ -66,6 +67,21 @@ pub(crate) trait PositionalKernels: Backend {
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         reference::fused_embedding::<Self>(tokens, ids, positions, Some(table), &args)
     }
+
+    /// Tiled softmax attention with the bias in compact form (see [`crate::attention`]).
+    /// Output `[batch, n_heads, seq_q, d_head]`.
+    #[fusion(default)]
+    fn tiled_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        padding: BoolTensor<Self>,
+        args: TileArgs,
+    ) -> FloatTensor<Self> {
+        let padding = args.padded.then_some(padding);
+        attention::forward::<Self>(q, k, v, &bias, padding.as_ref(), &args).0
+    }
 }
 
 // Without a Cube backend there is no `Fusion` wrapper to generate (and `#[fusion]`, which the
@@ -82,5 +98,18 @@ pub(crate) trait PositionalKernels: Backend {
         args: KernelArgs,
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         reference::fused_embedding::<Self>(tokens, ids, positions, Some(table), &args)
+    }
+
+    /// See the Cube-enabled twin above.
+    fn tiled_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        padding: BoolTensor<Self>,
+        args: TileArgs,
+    ) -> FloatTensor<Self> {
+        let padding = args.padded.then_some(padding);
+        attention::forward::<Self>(q, k, v, &bias, padding.as_ref(), &args).0
     }
 }

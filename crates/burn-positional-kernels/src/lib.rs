@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 mod api;
+mod attention;
 #[cfg(feature = "autodiff")]
 mod autodiff;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -52,5 +53,6 @@ pub use api::{
     FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding,
     reference_embedding, try_fused_embedding,
 };
+pub use attention::{AttentionBias, tiled_attention};
 pub(crate) use extension::PositionalKernels;
 pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};

@@ -325,10 +325,14 @@ impl SelfAttention {
             k = rope.apply(k, 0); // positions 0..seq_k: the same length, the same frequencies
         }
         // The tiled path: the block's own ALiBi or T5 bias computed inside tiles of queries,
-        // never the seq x seq square (without autodiff, or wherever tile_rows is set).
+        // never the seq x seq square, in the forward and (one node that recomputes its tiles)
+        // in the backward. Taken for ALiBi and T5, and for any scheme where tile_rows is set;
+        // not in training with dropout, which drops attention weights the tiles never hold.
+        let dropout_on_weights = device.is_autodiff() && self.dropout.prob > 0.0;
         let tiled = path == Path::Fused
             && score_bias.is_none()
-            && (self.tile_rows.is_some() || (self.score_bias.is_some() && !device.is_autodiff()));
+            && !dropout_on_weights
+            && (self.tile_rows.is_some() || self.score_bias.is_some());
         if tiled {
             let compact = self
                 .score_bias

@@ -22,17 +22,8 @@ use burn::tensor::{Bool, Int, Tensor};
 /// `batch x n_heads x tile x seq_k <= TILE_VALUES` (16 MiB of f32), at least one row.
 pub const TILE_VALUES: usize = 1 << 22;
 
-/// A score bias in compact form.
-#[derive(Clone, Debug)]
-pub(crate) enum CompactBias {
-    /// No bias (no positions, or RoPE's rotated queries and keys).
-    None,
-    /// ALiBi: `[n_heads]` slopes; the bias of (query i, key j) is `-m_h |j - i|`.
-    Alibi(Tensor<1>),
-    /// A bias per clamped relative distance: `[n_heads, 2 reach + 1]`, entry
-    /// `clamp(j - i, -reach, reach) + reach` (T5's buckets, looked up once per call).
-    ByDistance { bias: Tensor<2>, reach: usize },
-}
+/// A score bias in compact form (the kernels crate's, which also runs the autodiff op).
+pub(crate) use burn_positional_kernels::AttentionBias as CompactBias;
 
 /// Rows of queries per tile: `requested`, or as many as [`TILE_VALUES`] allows.
 pub(crate) fn tile_rows(
@@ -66,6 +57,19 @@ pub(crate) fn tiled_attention(
     key_padding: Option<Tensor<2, Bool>>,
     tile: usize,
 ) -> Tensor<4> {
+    if q.device().is_autodiff() {
+        // One graph node with a backward that recomputes each tile: linear memory in training.
+        return burn_positional_kernels::tiled_attention(
+            q,
+            k,
+            v,
+            bias,
+            key_padding,
+            causal,
+            offset,
+            tile,
+        );
+    }
     let [batch, n_heads, seq_q, d_head] = q.dims();
     let [_, _, seq_k, _] = k.dims();
     let device = q.device();

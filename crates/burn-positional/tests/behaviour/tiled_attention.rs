@@ -154,40 +154,229 @@ pub fn tiled_cached_decoding_equals_the_full_forward(device: &Device) {
 }
 
 /// Gradients through the tiled path (queries, keys, values by way of their projections, and
-/// the T5 table) equal the spelled-out path's.
+/// the T5 table) equal the spelled-out path's, with a fully padded sequence in the batch and an
+/// upstream gradient large enough (x 50) that `0 x inf` would show: burn's attention fallback,
+/// which the tiled path used before it had its own backward, gave NaN there.
 pub fn tiled_gradients_equal_the_spelled_out_gradients(device: &Device) {
     device.seed(14);
     for scheme in SCHEMES {
         for causal in [false, true] {
             let block = block(scheme, causal, Some(8), device);
-            let x = Tensor::<3>::random([2, 19, D_MODEL], Distribution::Normal(0.0, 1.0), device);
-            let mask = padding(2, 19, 5, device);
+            let x = Tensor::<3>::random([3, 19, D_MODEL], Distribution::Normal(0.0, 1.0), device);
+            let mask = padding(3, 19, 5, device);
             let weights =
-                Tensor::<3>::random([2, 19, D_MODEL], Distribution::Normal(0.0, 1.0), device);
+                Tensor::<3>::random([3, 19, D_MODEL], Distribution::Normal(0.0, 50.0), device);
             let loss = |output: Tensor<3>| (output * weights.clone()).sum();
             let input = || AttentionInput::new(x.clone()).key_padding(mask.clone());
             let tiled = loss(block.forward_input(input())).backward();
             let spelled = loss(block.forward_weights(input()).output).backward();
             let what = format!("{scheme:?}, causal {causal}");
-            for (name, param) in [
+            let mut pairs = vec![
                 ("query", &block.query.weight),
                 ("key", &block.key.weight),
                 ("value", &block.value.weight),
-            ] {
-                let a = param.grad(&tiled).expect("a gradient");
-                let b = param.grad(&spelled).expect("a gradient");
-                a.into_data()
-                    .assert_approx_eq::<f32>(&b.into_data(), Tolerance::absolute(1e-3));
-                let _ = (name, &what);
-            }
+            ]
+            .into_iter()
+            .map(|(name, param)| (name, param.grad(&tiled), param.grad(&spelled)))
+            .collect::<Vec<_>>();
             if let Some(burn_positional::ScoreBias::T5(t5)) = &block.score_bias {
-                let a = t5.table.grad(&tiled).expect("the T5 table gets a gradient");
-                let b = t5
-                    .table
-                    .grad(&spelled)
-                    .expect("the T5 table gets a gradient");
-                a.into_data()
-                    .assert_approx_eq::<f32>(&b.into_data(), Tolerance::absolute(1e-3));
+                pairs.push(("T5 table", t5.table.grad(&tiled), t5.table.grad(&spelled)));
+            }
+            for (name, a, b) in pairs {
+                let (a, b) = (a.expect("a gradient"), b.expect("a gradient"));
+                let a = a.into_data();
+                assert!(
+                    a.iter::<f32>().all(f32::is_finite),
+                    "{what}: NaN or infinity in the tiled {name} gradient"
+                );
+                a.assert_approx_eq::<f32>(&b.into_data(), Tolerance::rel_abs(1e-3, 2e-2));
+            }
+        }
+    }
+}
+
+/// Gradients of a decoding step (queries at an offset, `seq_q < seq_k`, keys and values partly
+/// from the cache) equal those of one spelled-out forward over the whole sequence with the loss
+/// on the same rows.
+pub fn tiled_cached_gradients_equal_the_full_forward(device: &Device) {
+    device.seed(16);
+    for scheme in SCHEMES {
+        let block = block(scheme, true, Some(4), device);
+        let x = Tensor::<3>::random([2, 19, D_MODEL], Distribution::Normal(0.0, 1.0), device);
+        let weights = Tensor::<3>::random([2, 10, D_MODEL], Distribution::Normal(0.0, 1.0), device);
+        let mut cache = KvCache::new();
+        let _ = block.forward_cache(
+            AttentionInput::new(x.clone().slice([0..2, 0..9])),
+            &mut cache,
+        );
+        let step = block.forward_cache(
+            AttentionInput::new(x.clone().slice([0..2, 9..19])),
+            &mut cache,
+        );
+        let cached = (step * weights.clone()).sum().backward();
+        let full = block
+            .forward_weights(AttentionInput::new(x))
+            .output
+            .slice([0..2, 9..19]);
+        let full = (full * weights).sum().backward();
+        for (name, param) in [
+            ("query", &block.query.weight),
+            ("key", &block.key.weight),
+            ("value", &block.value.weight),
+        ] {
+            let a = param.grad(&cached).expect("a gradient");
+            let b = param.grad(&full).expect("a gradient");
+            assert_eq!(a.dims(), b.dims(), "{scheme:?} {name}");
+            a.into_data()
+                .assert_approx_eq::<f32>(&b.into_data(), Tolerance::rel_abs(1e-3, 1e-3));
+        }
+    }
+}
+
+/// The op itself against the same attention spelled out in tensor ops, on leaf tensors:
+/// output and the gradients of q, k, v and of the compact bias (ALiBi's slopes, a bias per
+/// distance) at an offset (`seq_q` 7 after 5 cached keys), causal and not, with a fully padded
+/// sequence, for tiles of 1, 3 and more rows than there are queries.
+pub fn the_op_equals_the_spelled_out_ops(device: &Device) {
+    use burn_positional_kernels::{AttentionBias, tiled_attention};
+    device.seed(17);
+    let (batch, heads, seq_q, seq_k, d, offset, reach) = (3, 2, 7, 12, 4, 5, 3);
+    let normal =
+        |dims: [usize; 4]| Tensor::<4>::random(dims, Distribution::Normal(0.0, 1.0), device);
+    let (q, k, v) = (
+        normal([batch, heads, seq_q, d]),
+        normal([batch, heads, seq_k, d]),
+        normal([batch, heads, seq_k, d]),
+    );
+    let upstream = normal([batch, heads, seq_q, d]).mul_scalar(50.0);
+    let slopes = Tensor::<1>::from_floats([0.5, 0.125], device);
+    let by_distance = Tensor::<2>::random(
+        [heads, 2 * reach + 1],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    );
+    let mask = padding(batch, seq_k, 4, device);
+    // key - query positions, [seq_q, seq_k]
+    let rel = Tensor::<1, Int>::arange(0..seq_k as i64, device).reshape([1, seq_k])
+        - Tensor::<1, Int>::arange(offset as i64..(offset + seq_q) as i64, device)
+            .reshape([seq_q, 1]);
+    for kind in ["none", "alibi", "by distance"] {
+        for causal in [false, true] {
+            for tile in [1, 3, 64] {
+                let what = format!("{kind}, causal {causal}, tile {tile}");
+                let leaf = |t: &Tensor<4>| t.clone().detach().require_grad();
+                let (q1, k1, v1) = (leaf(&q), leaf(&k), leaf(&v));
+                let (q2, k2, v2) = (leaf(&q), leaf(&k), leaf(&v));
+                let (s1, s2) = (slopes.clone().require_grad(), slopes.clone().require_grad());
+                let (b1, b2) = (
+                    by_distance.clone().require_grad(),
+                    by_distance.clone().require_grad(),
+                );
+                let bias = match kind {
+                    "none" => AttentionBias::None,
+                    "alibi" => AttentionBias::Alibi(s1.clone()),
+                    _ => AttentionBias::ByDistance {
+                        bias: b1.clone(),
+                        reach,
+                    },
+                };
+                let out = tiled_attention(
+                    q1.clone(),
+                    k1.clone(),
+                    v1.clone(),
+                    &bias,
+                    Some(mask.clone()),
+                    causal,
+                    offset,
+                    tile,
+                );
+                // Spelled out: scores, bias, masks (-1e30, exactly 0 after exp), softmax, then a
+                // row that sees no key set to zero.
+                let mut scores = q2
+                    .clone()
+                    .matmul(k2.clone().swap_dims(2, 3))
+                    .div_scalar((d as f64).sqrt());
+                scores = match kind {
+                    "none" => scores,
+                    "alibi" => {
+                        scores
+                            - rel.clone().abs().float().reshape([1, 1, seq_q, seq_k])
+                                * s2.clone().reshape([1, heads, 1, 1])
+                    }
+                    _ => {
+                        let index = rel
+                            .clone()
+                            .clamp(-(reach as i64), reach as i64)
+                            .add_scalar(reach as i64);
+                        scores
+                            + b2.clone()
+                                .select(1, index.reshape([seq_q * seq_k]))
+                                .reshape([1, heads, seq_q, seq_k])
+                    }
+                };
+                let mut hidden = mask
+                    .clone()
+                    .reshape([batch, 1, 1, seq_k])
+                    .expand([batch, heads, seq_q, seq_k]);
+                if causal {
+                    hidden = hidden.bool_or(
+                        rel.clone()
+                            .greater_elem(0)
+                            .reshape([1, 1, seq_q, seq_k])
+                            .expand([batch, heads, seq_q, seq_k]),
+                    );
+                }
+                let weights =
+                    burn::tensor::activation::softmax(scores.mask_fill(hidden.clone(), -1e30), 3)
+                        .mask_fill(hidden, 0.0);
+                let reference = weights.matmul(v2.clone());
+                out.clone().into_data().assert_approx_eq::<f32>(
+                    &reference.clone().into_data(),
+                    Tolerance::absolute(1e-4),
+                );
+                let g1 = (out * upstream.clone()).sum().backward();
+                let g2 = (reference * upstream.clone()).sum().backward();
+                let mut pairs = vec![
+                    (
+                        "q",
+                        q1.grad(&g1).map(|g| g.into_data()),
+                        q2.grad(&g2).map(|g| g.into_data()),
+                    ),
+                    (
+                        "k",
+                        k1.grad(&g1).map(|g| g.into_data()),
+                        k2.grad(&g2).map(|g| g.into_data()),
+                    ),
+                    (
+                        "v",
+                        v1.grad(&g1).map(|g| g.into_data()),
+                        v2.grad(&g2).map(|g| g.into_data()),
+                    ),
+                ];
+                match kind {
+                    "alibi" => pairs.push((
+                        "slopes",
+                        s1.grad(&g1).map(|g| g.into_data()),
+                        s2.grad(&g2).map(|g| g.into_data()),
+                    )),
+                    "by distance" => pairs.push((
+                        "bias",
+                        b1.grad(&g1).map(|g| g.into_data()),
+                        b2.grad(&g2).map(|g| g.into_data()),
+                    )),
+                    _ => {}
+                }
+                for (name, a, b) in pairs {
+                    let (a, b) = (
+                        a.unwrap_or_else(|| panic!("{what}: no {name} gradient")),
+                        b.expect("a reference gradient"),
+                    );
+                    assert!(
+                        a.iter::<f32>().all(f32::is_finite),
+                        "{what}: NaN in the {name} gradient"
+                    );
+                    a.assert_approx_eq::<f32>(&b, Tolerance::rel_abs(1e-3, 1e-2));
+                }
             }
         }
     }
@@ -200,8 +389,15 @@ on_every_device!(
     tiled_cached_decoding_equals_the_full_forward,
 );
 mod backward {
-    use super::tiled_gradients_equal_the_spelled_out_gradients;
-    on_every_autodiff_device!(tiled_gradients_equal_the_spelled_out_gradients);
+    use super::{
+        the_op_equals_the_spelled_out_ops, tiled_cached_gradients_equal_the_full_forward,
+        tiled_gradients_equal_the_spelled_out_gradients,
+    };
+    on_every_autodiff_device!(
+        tiled_gradients_equal_the_spelled_out_gradients,
+        tiled_cached_gradients_equal_the_full_forward,
+        the_op_equals_the_spelled_out_ops,
+    );
 }
 
 /// A block that has attended to a longer sequence gives a shorter one what a block that never
