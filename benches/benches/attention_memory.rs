@@ -3,7 +3,7 @@
 //! block at batch 1, d_model 256, 8 heads, for each scheme, beside burn's own `attention`
 //! without a bias on q, k, v of the same shapes. Each case runs in a process of its own (this
 //! binary, re-invoked), so no case inherits another's allocations. Also the wall time of the
-//! forward (median of three after one warm-up), synced inside the timed region.
+//! same step (median of three after the measured one), synced inside the timed region.
 //!
 //! ```text
 //! cargo bench -p burn-positional-benches --bench attention_memory
@@ -12,7 +12,8 @@
 //!
 //! On wgpu without a GPU (Mesa's lavapipe) device memory is host memory, so the same counter
 //! measures it: those figures are CPU-emulated. Forward plus backward stops at `MAX_BACKWARD`
-//! (4096 by default): the spelled-out backward keeps `n_heads x seq^2` floats per saved tensor.
+//! (4096 by default) for burn's attention and the spelled-out block, which keep
+//! `n_heads x seq^2` floats per saved tensor; the tiled blocks go up to `MAX_SEQ`.
 
 use std::process::Command;
 use std::time::Instant;
@@ -21,12 +22,19 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn_positional::SelfAttentionConfig;
+use burn_positional::{AttentionInput, SelfAttentionConfig};
 use burn_positional_examples::device::{DeviceChoice, open};
 
 const D_MODEL: usize = 256;
 const N_HEADS: usize = 8;
-const SCHEMES: [&str; 5] = ["burn attention", "none", "rope", "alibi", "t5"];
+const SCHEMES: [&str; 6] = [
+    "burn attention",
+    "none, spelled out",
+    "none",
+    "rope",
+    "alibi",
+    "t5",
+];
 
 fn kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
@@ -70,7 +78,7 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
     } else {
         let config = SelfAttentionConfig::new(D_MODEL, N_HEADS).with_causal(true);
         let config = match scheme {
-            "none" => config,
+            "none" | "none, spelled out" => config,
             "rope" => config.with_rotary(),
             "alibi" => config.with_alibi(),
             "t5" => config.with_t5(),
@@ -79,7 +87,13 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
         let block = config.init(&device);
         let x = Tensor::<3>::random([1, seq, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
         let x = if backward { x.require_grad() } else { x };
-        Box::new(move || block.forward(x.clone()))
+        if scheme == "none, spelled out" {
+            // The scores written out in full (`forward_weights`): the reference path, and what
+            // `forward` ran on autodiff devices before the tiled backward.
+            Box::new(move || block.forward_weights(AttentionInput::new(x.clone())).output)
+        } else {
+            Box::new(move || block.forward(x.clone()))
+        }
     };
     let step = || {
         let out = run();
@@ -98,14 +112,12 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
     step();
     let growth = kib("VmHWM").saturating_sub(base);
     let mut times = Vec::new();
-    if !backward {
-        for _ in 0..3 {
-            let start = Instant::now();
-            step();
-            times.push(start.elapsed().as_secs_f64() * 1e3);
-        }
-        times.sort_by(f64::total_cmp);
+    for _ in 0..3 {
+        let start = Instant::now();
+        step();
+        times.push(start.elapsed().as_secs_f64() * 1e3);
     }
+    times.sort_by(f64::total_cmp);
     println!(
         "{} {}",
         growth / 1024,
@@ -145,13 +157,14 @@ fn main() {
             } else {
                 "forward"
             };
-            println!("\n{device}, {what}: peak memory growth, MiB (forward time, ms)\n");
+            println!("\n{device}, {what}: peak memory growth, MiB (time, ms)\n");
             println!("| seq | {} |", SCHEMES.join(" | "));
             println!("|{}", " --- |".repeat(SCHEMES.len() + 1));
             for &seq in &lengths {
                 let mut row = format!("| {seq} |");
                 for scheme in SCHEMES {
-                    if backward && seq > max_backward {
+                    let quadratic = matches!(scheme, "burn attention" | "none, spelled out");
+                    if backward && quadratic && seq > max_backward {
                         row.push_str(" not run |");
                         continue;
                     }
@@ -162,7 +175,6 @@ fn main() {
                         .expect("run a case");
                     let text = String::from_utf8_lossy(&out.stdout);
                     let cell = match text.split_whitespace().collect::<Vec<_>>()[..] {
-                        [mib, _] if out.status.success() && backward => format!(" {mib} |"),
                         [mib, ms] if out.status.success() => format!(
                             " {mib} ({ms:.0}) |",
                             ms = ms.parse::<f64>().unwrap_or(f64::NAN)

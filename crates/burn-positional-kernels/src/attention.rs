@@ -29,7 +29,7 @@ use burn::backend::{
     Backend, Scalar, Slice, TensorMetadata, get_or_init_device_settings,
     tensor::{BoolTensor, FloatTensor, IntTensor},
 };
-use burn::tensor::{FloatDType, IndexingUpdateOp, Shape};
+use burn::tensor::{FloatDType, Shape};
 
 /// The bias's form. The bias tensor itself travels as an argument of the op (so autodiff can
 /// track it); with [`BiasKind::None`] it is any one-element placeholder.
@@ -280,6 +280,7 @@ pub(crate) fn forward<B: Backend>(
     (B::float_cat(outputs, 2), B::float_cat(lses, 2))
 }
 
+#[cfg(feature = "autodiff")]
 /// The gradients the backward computes; `None` where the caller did not ask.
 pub(crate) struct Grads<B: Backend> {
     pub q: Option<FloatTensor<B>>,
@@ -288,6 +289,7 @@ pub(crate) struct Grads<B: Backend> {
     pub bias: Option<FloatTensor<B>>,
 }
 
+#[cfg(feature = "autodiff")]
 /// Which gradients to compute.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Wanted {
@@ -297,6 +299,7 @@ pub(crate) struct Wanted {
     pub bias: bool,
 }
 
+#[cfg(feature = "autodiff")]
 /// Gradients of [`forward`]'s output from `grad` (`[batch, n_heads, seq_q, d_head]`),
 /// recomputing each tile's probabilities from the saved log-sum-exp.
 #[allow(clippy::too_many_arguments)]
@@ -312,6 +315,8 @@ pub(crate) fn backward<B: Backend>(
     args: &TileArgs,
     wanted: Wanted,
 ) -> Grads<B> {
+    use burn::tensor::IndexingUpdateOp;
+
     let [batch, n_heads, seq_q, d_head] = q.shape().dims();
     let [_, _, seq_k, _] = k.shape().dims();
     let device = q.device();

@@ -37,13 +37,15 @@ use crate::Rope;
 ///
 /// # As models use it
 ///
-/// - [`forward`](SelfAttention::forward) runs burn's fused
-///   [`attention`](burn::tensor::module::attention) (flash kernels on flex and the Cube backends)
-///   with the score bias and masks passed in; [`forward_weights`](SelfAttention::forward_weights) spells
-///   the scores out and returns the weights too, for pictures and probes. The two agree to float
-///   tolerance. On an autodiff device `forward` spells the scores out as well: burn 0.22.1 has no
-///   fused attention with a backward (its `attention` there is a fallback of separate ops, which
-///   measured slower in training), and dropout on the weights needs them.
+/// - [`forward`](SelfAttention::forward) never holds a `seq x seq` tensor of its own: a block
+///   without a bias runs burn's fused [`attention`](burn::tensor::module::attention) (flash
+///   kernels on flex and the Cube backends); a block with its own ALiBi or T5 bias, and every
+///   block on an autodiff device, runs the tiled attention (the bias computed inside tiles of
+///   queries; in training one graph node whose backward recomputes each tile, see
+///   [`SelfAttentionConfig::tile_rows`](crate::SelfAttentionConfig::tile_rows)).
+///   [`forward_weights`](SelfAttention::forward_weights) spells the scores out and returns the
+///   weights too, for pictures and probes; the two agree to float tolerance. Training with
+///   dropout, and a bias passed in from outside, take the spelled-out path.
 /// - Score biases and masks that depend only on shapes are built on the device and cached (see
 ///   [`Alibi::bias`](crate::Alibi::bias), [`T5Bias::buckets`](crate::T5Bias::buckets)).
 /// - Padded keys are kept out of attention by a key padding mask ([`AttentionInput::key_padding`],
@@ -162,9 +164,8 @@ impl SelfAttention {
     }
 
     /// Applies the block to `input` (tokens, key padding, an outside score bias) with burn's
-    /// fused attention. On an autodiff device the scores are spelled out instead: burn has no
-    /// fused attention with a backward, its fallback measured slower, and dropout on the
-    /// weights needs them.
+    /// fused attention or the tiled attention (see the type's docs). An outside score bias,
+    /// or dropout on an autodiff device, spells the scores out.
     ///
     /// # Shapes
     ///
@@ -326,13 +327,14 @@ impl SelfAttention {
         }
         // The tiled path: the block's own ALiBi or T5 bias computed inside tiles of queries,
         // never the seq x seq square, in the forward and (one node that recomputes its tiles)
-        // in the backward. Taken for ALiBi and T5, and for any scheme where tile_rows is set;
+        // in the backward. Taken for ALiBi and T5, for every scheme on an autodiff device (the
+        // alternative there keeps every score for the backward), and wherever tile_rows is set;
         // not in training with dropout, which drops attention weights the tiles never hold.
         let dropout_on_weights = device.is_autodiff() && self.dropout.prob > 0.0;
         let tiled = path == Path::Fused
             && score_bias.is_none()
             && !dropout_on_weights
-            && (self.tile_rows.is_some() || self.score_bias.is_some());
+            && (self.tile_rows.is_some() || self.score_bias.is_some() || device.is_autodiff());
         if tiled {
             let compact = self
                 .score_bias

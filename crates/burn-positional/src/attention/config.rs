@@ -48,11 +48,14 @@ pub struct SelfAttentionConfig {
     #[config(default = "None")]
     pub score_bias: Option<ScoreBiasConfig>,
     /// Query rows per tile of the tiled attention, which computes a block's own ALiBi or T5
-    /// bias inside each tile instead of materializing the `seq x seq` bias. `None` (the
-    /// default): tiles of at most [`TILE_VALUES`](crate::TILE_VALUES) scores, on devices
-    /// without autodiff. `Some(rows)` forces the tiled path on every device and for every
-    /// scheme (on autodiff devices every tile is kept for the backward, as the spelled-out
-    /// path keeps its square).
+    /// bias inside each tile instead of materializing the `seq x seq` bias, and on autodiff
+    /// devices runs as one graph node whose backward recomputes each tile (memory linear in
+    /// the sequence in training). `None` (the default): tiles of at most
+    /// [`TILE_VALUES`](crate::TILE_VALUES) scores, for ALiBi and T5 everywhere and for every
+    /// scheme on autodiff devices (without autodiff a block without a bias runs burn's fused
+    /// attention, already tiled). `Some(rows)` forces the tiled path on every device and for
+    /// every scheme. Training with dropout takes the spelled-out path: dropout acts on the
+    /// attention weights, which the tiles never hold.
     #[config(default = "None")]
     pub tile_rows: Option<usize>,
 }
