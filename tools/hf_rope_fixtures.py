@@ -253,6 +253,69 @@ def model_defaults():
         + "\n];\n"
     )
     print(f"{path}: {len(rows)} model types")
+    model_sizes()
+
+
+def model_sizes():
+    """The head width and context defaults of every transformers config class with a rope, as
+    `crates/burn-positional/src/hf_config/sizes.rs`: what a config.json that leaves out
+    `head_dim` or `max_position_embeddings` gets (Gemma's head_dim 256, Qwen 3's 128, DeepSeek's
+    `qk_rope_head_dim`, ...), found by building each class with and without the keys."""
+    import warnings
+
+    from transformers import CONFIG_MAPPING
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+
+    def head(model_type, **kwargs):
+        try:
+            return getattr(CONFIG_MAPPING[model_type](**kwargs), "head_dim", None)
+        except Exception:
+            return "error"
+
+    consts, from_qk, max_positions = [], [], []
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        try:
+            config = CONFIG_MAPPING[model_type]()
+        except Exception:
+            continue
+        if not isinstance(getattr(config, "rope_parameters", None), dict):
+            continue
+        max_pos = getattr(config, "max_position_embeddings", None)
+        if isinstance(max_pos, int) and not isinstance(max_pos, bool):
+            max_positions.append(f'    ("{model_type}", {max_pos}),')
+        field = getattr(type(config), "__dataclass_fields__", {}).get("head_dim")
+        derived = head(model_type, hidden_size=84, num_attention_heads=3)
+        qk = head(model_type, hidden_size=64, num_attention_heads=4, qk_rope_head_dim=10)
+        file_wins = head(model_type, hidden_size=64, num_attention_heads=4, qk_rope_head_dim=10, head_dim=6) == 6
+        if qk == 10 and derived != 10:
+            from_qk.append(f'    ("{model_type}", {derived}, {str(file_wins).lower()}),')
+        elif field is not None and isinstance(field.default, int) and derived != 28 and (
+            file_wins or derived == "error"
+        ):
+            consts.append(f'    ("{model_type}", {field.default}),')
+    path = OUT.parent.parent.parent.parent / "src/hf_config/sizes.rs"
+    path.write_text(
+        "//! Written by `python3 tools/hf_rope_fixtures.py --defaults` (transformers "
+        f"{transformers.__version__}); do not edit.\n\n"
+        "/// `(model_type, head_dim)`: the config classes whose `head_dim` has a default of its own\n"
+        "/// (not `hidden_size / num_attention_heads`) when a config.json leaves it out.\n"
+        "pub(super) const HEAD_DIM_DEFAULTS: &[(&str, usize)] = &[\n"
+        + "\n".join(consts)
+        + "\n];\n\n"
+        "/// `(model_type, default qk_rope_head_dim, a head_dim in the file wins)`: the config classes\n"
+        "/// whose `head_dim` is `qk_rope_head_dim` (DeepSeek's multi-head latent attention).\n"
+        "pub(super) const HEAD_DIM_IS_QK_ROPE: &[(&str, usize, bool)] = &[\n"
+        + "\n".join(from_qk)
+        + "\n];\n\n"
+        "/// `(model_type, max_position_embeddings)`: each config class's default.\n"
+        "pub(super) const MAX_POSITION_DEFAULTS: &[(&str, usize)] = &[\n"
+        + "\n".join(max_positions)
+        + "\n];\n"
+    )
+    print(f"{path}: {len(consts)} head_dim defaults, {len(from_qk)} from qk_rope_head_dim, "
+          f"{len(max_positions)} max_position_embeddings")
 
 
 def random_cases(n, seed):
@@ -325,7 +388,11 @@ def main():
     parser.add_argument("--random", type=int, default=0, help="write this many random cases instead")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=pathlib.Path, default=OUT)
+    parser.add_argument("--defaults", action="store_true", help="write only the Rust tables of defaults")
     args = parser.parse_args()
+    if args.defaults:
+        model_defaults()
+        return
     cases = CASES
     if args.random:
         cases = random_cases(args.random, args.seed)

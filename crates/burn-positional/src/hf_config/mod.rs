@@ -40,6 +40,13 @@ use crate::rope::{
 };
 
 mod defaults;
+mod families;
+mod fields;
+mod sizes;
+
+use fields::Fields;
+
+use families::ATTENTION_KINDS;
 
 /// The `rope_type`s transformers knows and this reader follows.
 pub const HF_ROPE_TYPES: [&str; 7] = [
@@ -136,91 +143,6 @@ pub enum HfConfigError {
     Invalid(#[from] PositionError),
 }
 
-/// The fields of one object, with the path they are reported under.
-struct Fields<'a> {
-    map: &'a Map<String, Value>,
-    path: &'static str,
-}
-
-impl<'a> Fields<'a> {
-    fn name(&self, key: &str) -> String {
-        if self.path.is_empty() {
-            key.to_string()
-        } else {
-            format!("{}.{key}", self.path)
-        }
-    }
-
-    /// The value under `key`, `None` when absent or `null`.
-    fn get(&self, key: &str) -> Option<&'a Value> {
-        self.map.get(key).filter(|v| !v.is_null())
-    }
-
-    fn f64(&self, key: &str) -> Result<Option<f64>, HfConfigError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| self.wrong(key, "a number", v)),
-        }
-    }
-
-    fn usize(&self, key: &str) -> Result<Option<usize>, HfConfigError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|n| Some(n as usize))
-                .ok_or_else(|| self.wrong(key, "a non-negative integer", v)),
-        }
-    }
-
-    fn bool(&self, key: &str) -> Result<Option<bool>, HfConfigError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| self.wrong(key, "true or false", v)),
-        }
-    }
-
-    fn list(&self, key: &str) -> Result<Option<Vec<f64>>, HfConfigError> {
-        let Some(v) = self.get(key) else {
-            return Ok(None);
-        };
-        let wrong = || self.wrong(key, "a list of numbers", v);
-        v.as_array()
-            .ok_or_else(wrong)?
-            .iter()
-            .map(|x| x.as_f64().ok_or_else(wrong))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
-    }
-
-    fn required<T>(
-        &self,
-        key: &str,
-        value: Option<T>,
-        needed_for: &str,
-    ) -> Result<T, HfConfigError> {
-        value.ok_or_else(|| HfConfigError::Missing {
-            field: self.name(key),
-            needed_for: needed_for.to_string(),
-            fix: format!("add `{key}` as transformers' config class writes it"),
-        })
-    }
-
-    fn wrong(&self, key: &str, expected: &'static str, found: &Value) -> HfConfigError {
-        HfConfigError::WrongType {
-            field: self.name(key),
-            expected,
-            found: found.to_string(),
-        }
-    }
-}
-
 impl RopeConfig {
     /// Reads the rotary settings of a Hugging Face `config.json` (its text) as transformers
     /// does: the variant and its parameters, the base, the head width, partial rotation. The
@@ -285,6 +207,16 @@ impl RopeConfig {
 }
 
 fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigError> {
+    read_layer(json, layer_type, true)
+}
+
+/// Reads the rope of `layer_type`; with `check_others`, the entries of the other layer types
+/// too, as transformers builds (and validates) all of them: one it refuses refuses the config.
+fn read_layer(
+    json: &str,
+    layer_type: Option<&str>,
+    check_others: bool,
+) -> Result<RopeConfig, HfConfigError> {
     let value: Value = serde_json::from_str(json).map_err(|err| HfConfigError::Json {
         message: err.to_string(),
     })?;
@@ -303,8 +235,11 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
     };
     let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or("");
 
+    // Gemma 3 and 4 build theirs per attention kind.
+    let converted = families::gemma_params(&root, model_type)?;
     // `rope_scaling or rope_parameters`: the older spelling wins when it is a non-empty object.
     let (params_key, params) = match (root.get("rope_scaling"), root.get("rope_parameters")) {
+        _ if converted.is_some() => ("rope_parameters", converted.as_ref()),
         (Some(Value::Object(m)), _) if !m.is_empty() => ("rope_scaling", Some(m)),
         (Some(v @ (Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Array(_))), _) => {
             return Err(root.wrong("rope_scaling", "an object", v));
@@ -315,10 +250,6 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
     };
     let empty = Map::new();
     let mut params = params.unwrap_or(&empty);
-    let converted = per_layer_defaults(&root, model_type, params)?;
-    if let Some(converted) = &converted {
-        params = converted;
-    }
 
     // Nested per layer type: keys that are among `layer_types` (the attention kinds when the
     // file lists none: transformers' config classes fill them in).
@@ -331,7 +262,8 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
         .keys()
         .filter(|k| layer_types.contains(&k.as_str()))
         .collect();
-    if !nested.is_empty() {
+    let is_nested = !nested.is_empty();
+    if is_nested {
         let available = nested
             .iter()
             .map(|k| format!("\"{k}\""))
@@ -343,6 +275,13 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
                 asked: "no layer type was given".into(),
             });
         };
+        if check_others {
+            for other in nested.iter().filter(|k| k.as_str() != layer) {
+                if params.get(other.as_str()).is_some_and(Value::is_object) {
+                    read_layer(json, Some(other), false)?;
+                }
+            }
+        }
         params = match params.get(layer) {
             Some(Value::Object(m)) => m,
             Some(Value::Null) => {
@@ -360,6 +299,10 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
             }
         };
     }
+    let params_of_full = match &converted {
+        Some(c) => c.get("full_attention").and_then(Value::as_object),
+        None => None,
+    };
     let rope = Fields {
         map: params,
         path: if params_key == "rope_scaling" {
@@ -408,15 +351,20 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
         Some(Value::String(s)) => s.as_str(),
         Some(v) => return Err(rope.wrong(rope_type_key, "a string", v)),
     };
+    let rope_type = match model_type {
+        "phi3" => families::phi3_rope_type(&rope, rope_type_key, rope_type)?,
+        _ => rope_type,
+    };
+    if let (true, Some(layer)) = (model_type.starts_with("gemma4"), layer_type) {
+        let full = match params_of_full.and_then(|m| m.get("rope_type").or(m.get("type"))) {
+            Some(Value::String(s)) => s.as_str(),
+            _ => "default",
+        };
+        families::gemma4_entry_complete(&rope, &root, rope_type, layer, full)?;
+    }
 
     let gemma4_global = model_type.starts_with("gemma4") && layer_type == Some("full_attention");
-    let head_dim = match (root.usize("qk_rope_head_dim")?, gemma4_global) {
-        // DeepSeek's multi-head latent attention rotates a part of each head this wide.
-        (Some(d), _) => Some(d),
-        // Gemma 4's global layers have heads of their own width.
-        (None, true) => Some(root.usize("global_head_dim")?.unwrap_or(512)),
-        (None, false) => root.usize("head_dim")?,
-    };
+    let head_dim = families::head_dim(&root, model_type, gemma4_global)?;
     let d_head = match head_dim {
         Some(d) if d > 0 => d,
         _ => {
@@ -448,7 +396,7 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
     }
     // `int(head_dim * partial_rotary_factor)`.
     let rotary_dims = (d_head as f64 * partial) as usize;
-    let max_positions = root.usize("max_position_embeddings")?;
+    let max_positions = families::max_positions(&root, model_type)?;
     let needs_max = |what: &str| {
         root.required(
             "max_position_embeddings",
@@ -456,13 +404,17 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
             &format!("{rope_type} needs it for {what}"),
         )
     };
-    // Top level wins (Phi-3 keeps it there; its class defaults it to 4096), then
-    // rope_parameters, then max_position_embeddings.
+    // `standardize_rope_params`: for one flat entry the top level wins (Phi-3 keeps it there;
+    // its class defaults it to 4096), then rope_parameters, then max_position_embeddings; a
+    // nested entry (Gemma) takes its own or max_position_embeddings.
     let original = || -> Result<usize, HfConfigError> {
-        match root
-            .usize("original_max_position_embeddings")?
-            .or(default_original)
-        {
+        let top = match is_nested {
+            true => None,
+            false => root
+                .usize("original_max_position_embeddings")?
+                .or(default_original),
+        };
+        match top {
             Some(n) => Ok(n),
             None => match rope.usize("original_max_position_embeddings")? {
                 Some(n) => Ok(n),
@@ -489,8 +441,10 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
                 Some(f) => f,
                 None => needs_max("the default factor")? as f64 / original as f64,
             };
-            // `get("truncate", True)`: absent is true, `null` is false.
+            // `config.rope_parameters.get("truncate", True)`: absent is true, `null` is false. It
+            // reads the top-level dict, so a nested entry's own `truncate` is never seen.
             let truncate = match rope.map.get("truncate") {
+                _ if is_nested => true,
                 None => true,
                 Some(_) => rope.bool("truncate")?.unwrap_or(false),
             };
@@ -510,6 +464,10 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
             let needed = "longrope scales each frequency by it";
             let short_factor = rope.required("short_factor", rope.list("short_factor")?, needed)?;
             let long_factor = rope.required("long_factor", rope.list("long_factor")?, needed)?;
+            if model_type == "phi3" {
+                let lengths = [short_factor.len(), long_factor.len()];
+                families::phi3_factor_lengths(&rope, &root, partial, lengths)?;
+            }
             let factor = match rope.f64("factor")? {
                 Some(f) => f,
                 None => needs_max("the default factor")? as f64 / original as f64,
@@ -565,6 +523,18 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
             defaults::INTERLEAVED_BY_DEFAULT.contains(&model_type) || model_type == "deepseek_v2"
         }
     };
+    // DeepSeek's `apply_rotary_pos_emb_interleave` rotates the whole (rope part of the) head.
+    if interleaved && rotary_dims < d_head {
+        return Err(HfConfigError::Inconsistent {
+            field: rope.name("partial_rotary_factor"),
+            value: partial.to_string(),
+            rule: format!(
+                "interleaved pairs (rope_interleave) rotate all {d_head} dimensions; \
+                 transformers' apply_rotary_pos_emb_interleave fails on {rotary_dims}"
+            ),
+            fix: "leave partial_rotary_factor out, or set rope_interleave to false".into(),
+        });
+    }
     let layout = if interleaved {
         RopeLayout::Interleaved
     } else {
@@ -579,57 +549,6 @@ fn read(json: &str, layer_type: Option<&str>) -> Result<RopeConfig, HfConfigErro
         .with_arithmetic(RopeArithmetic::Transformers);
     config.validate()?;
     Ok(config)
-}
-
-/// The layer types of models with one rope per attention kind.
-const ATTENTION_KINDS: [&str; 2] = ["full_attention", "sliding_attention"];
-
-/// transformers' Gemma 3 and Gemma 4 config classes give each attention kind its rope when the
-/// file does not: Gemma 3 puts `rope_scaling` and `rope_theta` (default 1 000 000) on the global
-/// layers and `rope_local_base_freq` (default 10 000) on the sliding ones; Gemma 4 defaults to
-/// `proportional` (0.25, theta 1 000 000) and `default` (theta 10 000). `None` for every other
-/// model, or when the file already nests them.
-fn per_layer_defaults(
-    root: &Fields<'_>,
-    model_type: &str,
-    params: &Map<String, Value>,
-) -> Result<Option<Map<String, Value>>, HfConfigError> {
-    let nested = params.keys().any(|k| ATTENTION_KINDS.contains(&k.as_str()));
-    let entry = |rope_type: &str, theta: f64| {
-        let mut m = Map::new();
-        m.insert("rope_type".into(), Value::from(rope_type));
-        m.insert("rope_theta".into(), Value::from(theta));
-        m
-    };
-    let mut converted = Map::new();
-    if matches!(model_type, "gemma3" | "gemma3_text") && !nested {
-        let mut full = params.clone();
-        if !full.contains_key("rope_type") && !full.contains_key("type") {
-            full.insert("rope_type".into(), Value::from("default"));
-        }
-        if !full.contains_key("rope_theta") {
-            let theta = root.f64("rope_theta")?.unwrap_or(1_000_000.0);
-            full.insert("rope_theta".into(), Value::from(theta));
-        }
-        let local = root.f64("rope_local_base_freq")?.unwrap_or(10_000.0);
-        converted.insert("full_attention".into(), Value::Object(full));
-        converted.insert(
-            "sliding_attention".into(),
-            Value::Object(entry("default", local)),
-        );
-        return Ok(Some(converted));
-    }
-    if model_type.starts_with("gemma4") && params.is_empty() {
-        let mut full = entry("proportional", 1_000_000.0);
-        full.insert("partial_rotary_factor".into(), Value::from(0.25));
-        converted.insert("full_attention".into(), Value::Object(full));
-        converted.insert(
-            "sliding_attention".into(),
-            Value::Object(entry("default", 10_000.0)),
-        );
-        return Ok(Some(converted));
-    }
-    Ok(None)
 }
 
 fn kind(value: &Value) -> &'static str {
