@@ -43,6 +43,7 @@ mod equivariance;
 mod fused;
 mod gradients;
 mod hf_rope;
+mod hf_rope_fuzz;
 mod hostile_sizes;
 mod positions;
 mod pretrained;
