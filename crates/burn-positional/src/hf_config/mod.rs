@@ -8,17 +8,21 @@
 //! | `rope_parameters`, or the older `rope_scaling` (which wins when both are set) | top level | the variant (`rope_type`, or the older `type`; `"default"` when absent) and its parameters |
 //! | `rope_theta` | `rope_parameters`, else top level, else 10 000 | the base |
 //! | `partial_rotary_factor` | `rope_parameters`, else top level, else 1 | `rotary_dims = int(head_dim * factor)` |
-//! | `head_dim`, else `hidden_size / num_attention_heads` | top level | the head width |
-//! | `max_position_embeddings` | top level | `dynamic`'s limit; the default `original_max_position_embeddings` and `factor` |
-//! | `original_max_position_embeddings` | top level (wins), else `rope_parameters`, else `max_position_embeddings` | `llama3`, `yarn`, `longrope` |
+//! | `head_dim`, else the config class's default (Gemma 256, Qwen 3 128, ...), else `hidden_size / num_attention_heads` | top level | the head width |
+//! | `max_position_embeddings`, else the config class's default | top level | `dynamic`'s limit; the default `original_max_position_embeddings` and `factor` |
+//! | `original_max_position_embeddings` | top level (wins), else `rope_parameters`, else `max_position_embeddings`; a nested entry (Gemma): its own, else `max_position_embeddings` | `llama3`, `yarn`, `longrope` |
 //! | `layer_types` | top level | `rope_parameters` nested per layer type (Gemma 3/4): pick one with [`RopeConfig::from_hf_config_layer`] |
-//! | `qk_rope_head_dim` | top level | the rotated width of DeepSeek's latent-attention heads (wins over `head_dim`) |
+//! | `qk_rope_head_dim` | top level | the head width of the 13 DeepSeek-style config classes (default 64 or 32; DeepSeek V3's class lets a `head_dim` in the file win) |
 //! | `rope_interleave` | top level | interleaved pairs ([`RopeLayout::Interleaved`]); default true for DeepSeek V3 and kin, always for DeepSeek V2 |
 //! | `text_config` | top level | a multimodal config's language model, read instead of the top level |
 //!
 //! Gemma 3's `rope_scaling`, `rope_theta` and `rope_local_base_freq` become one rope per
 //! attention kind (`"full_attention"`, `"sliding_attention"`), and Gemma 4's global layers use
-//! `global_head_dim` (default 512), as their transformers config classes do.
+//! `global_head_dim` (default 512), as their transformers config classes do; so does Phi-3's
+//! reading of `su` and `yarn` as `longrope` (its class refuses the other types). Every layer
+//! type's entry is read, as transformers builds them all: one it refuses refuses the config.
+//! The class defaults of `head_dim` and `max_position_embeddings` come from a table written by
+//! `tools/hf_rope_fixtures.py --defaults` (`sizes.rs`).
 //!
 //! A key left out takes the default of the model type's transformers config class (`model_type`
 //! names it): `rope_theta` 500 000 for `bitnet`, `partial_rotary_factor` 0.5 for `phi`, a
