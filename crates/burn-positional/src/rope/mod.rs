@@ -49,6 +49,7 @@ use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::tensor::{Device, Tensor, TensorData};
 
 mod scaling;
+mod torch_pow;
 
 use scaling::Regime;
 pub use scaling::{

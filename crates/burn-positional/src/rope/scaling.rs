@@ -22,6 +22,7 @@
 
 use burn::config::Config;
 
+use super::torch_pow;
 use crate::PositionError;
 
 /// How the angle tables are rounded.
@@ -271,15 +272,16 @@ impl RopeScaling {
         let r = |x: f64| arithmetic.round(x);
         // 1 / base^(j / dim) for j in 0, 2, 4, .. < dim: `1.0 / (base ** (arange(0, dim, 2) / dim))`.
         let default = |base: f64| -> Vec<f64> {
-            (0..dim)
-                .step_by(2)
-                .map(|j| match arithmetic {
-                    RopeArithmetic::Exact => base.powf(-(j as f64) / dim as f64),
-                    RopeArithmetic::Transformers => {
-                        r(1.0 / r(r(base).powf(r(j as f64 / dim as f64))))
-                    }
-                })
-                .collect()
+            match arithmetic {
+                RopeArithmetic::Exact => (0..dim)
+                    .step_by(2)
+                    .map(|j| base.powf(-(j as f64) / dim as f64))
+                    .collect(),
+                RopeArithmetic::Transformers => torch_powers(base, dim, dim)
+                    .into_iter()
+                    .map(|p| r(1.0 / p))
+                    .collect(),
+            }
         };
         let d = dim as f64;
         match self {
@@ -310,17 +312,19 @@ impl RopeScaling {
                 };
                 // One factor for all pairs broadcasts, as in transformers.
                 let factor = |i: usize| factors[if factors.len() == 1 { 0 } else { i }];
-                let inv = (0..dim)
-                    .step_by(2)
-                    .enumerate()
-                    .map(|(i, j)| (j, factor(i)))
-                    .map(|(j, f)| match arithmetic {
-                        RopeArithmetic::Exact => base.powf(-(j as f64) / d) / f,
-                        RopeArithmetic::Transformers => {
-                            r(1.0 / r(r(f) * r(r(base).powf(r(j as f64 / d)))))
-                        }
-                    })
-                    .collect();
+                let inv = match arithmetic {
+                    RopeArithmetic::Exact => (0..dim)
+                        .step_by(2)
+                        .enumerate()
+                        .map(|(i, j)| base.powf(-(j as f64) / d) / factor(i))
+                        .collect(),
+                    // `1.0 / (ext_factors * base**inv_freq_shape)`.
+                    RopeArithmetic::Transformers => torch_powers(base, dim, dim)
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, p)| r(1.0 / r(r(factor(i)) * p)))
+                        .collect(),
+                };
                 let attention = c.attention_factor.unwrap_or_else(|| {
                     if c.factor <= 1.0 {
                         1.0
@@ -336,19 +340,20 @@ impl RopeScaling {
                 // `int(rope_proportion * head_dim // 2)`, the rest of the head's pairs still.
                 let rotated = ((c.partial_rotary_factor * d) / 2.0).floor().max(0.0) as usize;
                 let factor = r(c.factor);
+                // `base ** (arange(0, 2 * rope_angles, 2) / head_dim)`: a row of `rotated`
+                // entries, which is what torch splits into vector chunks.
+                let rotated = rotated.min(dim / 2);
+                let inv_rotated: Vec<f64> = match arithmetic {
+                    RopeArithmetic::Exact => (0..rotated)
+                        .map(|j| base.powf(-((2 * j) as f64) / d))
+                        .collect(),
+                    RopeArithmetic::Transformers => torch_powers(base, 2 * rotated, dim)
+                        .into_iter()
+                        .map(|p| r(1.0 / p))
+                        .collect(),
+                };
                 let inv = (0..dim / 2)
-                    .map(|j| {
-                        if j >= rotated {
-                            return 0.0;
-                        }
-                        let w = match arithmetic {
-                            RopeArithmetic::Exact => base.powf(-((2 * j) as f64) / d),
-                            RopeArithmetic::Transformers => {
-                                r(1.0 / r(r(base).powf(r((2 * j) as f64 / d))))
-                            }
-                        };
-                        r(w / factor)
-                    })
+                    .map(|j| inv_rotated.get(j).map_or(0.0, |&w| r(w / factor)))
                     .collect();
                 (inv, 1.0)
             }
@@ -452,6 +457,22 @@ impl RopeScaling {
     }
 }
 
+/// `base ** (torch.arange(0, width, 2).float() / dim)` as transformers computes it in f32 on
+/// the CPU: the base rounded to f32, the exponents divided in f32 (exactly rounded), and the
+/// power from [`torch_pow::pow_row`], which reproduces torch's SLEEF chunks and glibc tail bit
+/// for bit (a correctly rounded pow is 1 ulp off in about 1.6% of the entries of rows of 32
+/// and more).
+fn torch_powers(base: f64, width: usize, dim: usize) -> Vec<f64> {
+    let exponents: Vec<f32> = (0..width)
+        .step_by(2)
+        .map(|j| (j as f64 / dim as f64) as f32)
+        .collect();
+    torch_pow::pow_row(base as f32, &exponents)
+        .into_iter()
+        .map(f64::from)
+        .collect()
+}
+
 /// transformers' `_compute_yarn_parameters`.
 fn yarn(c: &YarnScaling, base: f64, dim: usize, arithmetic: RopeArithmetic) -> (Vec<f64>, f64) {
     let r = |x: f64| arithmetic.round(x);
@@ -491,14 +512,19 @@ fn yarn(c: &YarnScaling, base: f64, dim: usize, arithmetic: RopeArithmetic) -> (
     let (low_r, span) = (r(low), r(high - low));
     // `dim / 2` ramp entries; one (dim 3) broadcasts over both pairs.
     let ramp_entries = dim / 2;
-    let inv = (0..RopeScaling::pairs(dim))
-        .map(|i| {
-            let j = (2 * i) as f64;
+    // `pos_freqs = base ** (arange(0, dim, 2).float() / dim)`.
+    let pos_freqs: Vec<f64> = match arithmetic {
+        RopeArithmetic::Exact => (0..dim)
+            .step_by(2)
+            .map(|j| base.powf(j as f64 / d))
+            .collect(),
+        RopeArithmetic::Transformers => torch_powers(base, dim, dim),
+    };
+    let inv = pos_freqs
+        .into_iter()
+        .enumerate()
+        .map(|(i, pos_freq)| {
             let ramp_i = if ramp_entries == 1 { 0 } else { i };
-            let pos_freq = match arithmetic {
-                RopeArithmetic::Exact => base.powf(j / d),
-                RopeArithmetic::Transformers => r(r(base).powf(r(j / d))),
-            };
             let extrapolation = r(1.0 / pos_freq);
             let interpolation = r(1.0 / r(r(factor) * pos_freq));
             let ramp = r(r(ramp_i as f64 - low_r) / span).clamp(0.0, 1.0);
@@ -531,6 +557,8 @@ fn llama3(c: &Llama3Scaling, inv_freq: Vec<f64>, arithmetic: RopeArithmetic) -> 
                 / r(c.high_freq_factor - c.low_freq_factor));
             let smoothed =
                 r(r(r(r(1.0 - smooth) * kept_or_divided) / factor) + r(smooth * kept_or_divided));
+            // transformers' `~(wavelen < high) * ~(wavelen > low)`, spelled alike (NaN too).
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
             let medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
             if medium { smoothed } else { kept_or_divided }
         })
