@@ -33,6 +33,9 @@ pub enum RopeArithmetic {
     Exact,
     /// Rounded to f32 at every step where transformers (PyTorch) holds an f32 tensor: the
     /// inverse frequencies, `position * inv_freq`, cos and sin, the attention factor's product.
+    /// The powers `base^(2j / d)` are torch's on the CPU to the bit (SLEEF's pow on vector
+    /// chunks of 32 pairs, glibc's `powf` on the rest, as torch runs on AVX512), not correctly
+    /// rounded ones: far positions of a wide head depend on that last bit.
     /// A checkpoint was trained with these values, so
     /// [`RopeConfig::from_hf_config`](crate::RopeConfig::from_hf_config) picks it; it is also the
     /// only arithmetic that accepts an odd partial width, as transformers does (rounded up to
@@ -460,8 +463,8 @@ impl RopeScaling {
 /// `base ** (torch.arange(0, width, 2).float() / dim)` as transformers computes it in f32 on
 /// the CPU: the base rounded to f32, the exponents divided in f32 (exactly rounded), and the
 /// power from [`torch_pow::pow_row`], which reproduces torch's SLEEF chunks and glibc tail bit
-/// for bit (a correctly rounded pow is 1 ulp off in about 1.6% of the entries of rows of 32
-/// and more).
+/// for bit (a correctly rounded pow is 1 ulp off in about 2% of the entries torch computes in
+/// vector chunks).
 fn torch_powers(base: f64, width: usize, dim: usize) -> Vec<f64> {
     let exponents: Vec<f32> = (0..width)
         .step_by(2)
