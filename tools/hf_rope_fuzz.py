@@ -12,6 +12,10 @@ Run by hand, never by CI (CI runs only the Rust side against the committed JSON)
     python3 tools/hf_rope_fuzz.py --cases 600 --seed 9 --out /tmp/fuzz.json
     HF_ROPE_FUZZ=/tmp/fuzz.json cargo test -p burn-positional --test behaviour hf_rope_fuzz
 
+    # wide heads (64, 128, 256) with windows of 8 positions at 8192 and 131000 in every case:
+    python3 tools/hf_rope_fuzz.py --far --cases 150 --seed 5 --out /tmp/far.json
+    HF_ROPE_FUZZ=/tmp/far.json cargo test -p burn-positional --test behaviour hf_rope_fuzz
+
 Where `tools/hf_rope_fixtures.py` writes hand-picked cases, this script draws `config.json`s at
 random (seeded) over every `rope_type` and the model types whose config classes differ in how
 they read them (Llama, Mistral, Qwen 2/3, Phi, Phi-3, GPT-NeoX, StableLM, Gemma 1/2/3/4,
@@ -19,8 +23,10 @@ DeepSeek V3, and a multimodal `text_config`), with the edge cases a hand-written
 optional keys left out (so the config class's defaults are used: `rope_theta`, `head_dim`,
 `max_position_embeddings`, `partial_rotary_factor`, yarn's `truncate` / `beta_*` / `mscale*`,
 longrope's `factor`), the old `rope_scaling` / `type` spelling beside `rope_parameters`,
-top-level and nested keys, head_dim explicit or derived, odd partial widths, and positions on
-both sides of the original context.
+top-level and nested keys, head_dim explicit or derived (up to 256 wide), odd partial widths,
+and positions on both sides of the original context and far past it (8192, 32768 or 131000 and
+a few): there a 1-ulp difference in one `inv_freq` entry turns the angle by more than 1e-5, so
+the Rust side must compute transformers' `base ** exponents` as torch does, to the bit.
 
 For each configuration it builds the model type's own config class (`AutoConfig.for_model`) and
 rotary module, as `tools/hf_rope_fixtures.py` does, and writes transformers' `inv_freq`,
@@ -65,7 +71,11 @@ MODEL_TYPES = [
     ("gpt_neox", 2), ("stablelm", 1), ("gemma", 1), ("gemma2", 1), ("gemma3_text", 3),
     ("gemma4_text", 2), ("deepseek_v3", 2), ("llava", 1), ("gemma3", 1),
 ]
-MAX_POSITION = 1200
+HEAD_DIMS = [4, 6, 8, 10, 12, 16, 20, 24, 32, 128]
+# One window per case starts near one of these: a 1-ulp difference in an inv_freq entry grows
+# with the position, so far windows check that `inv_freq` is torch's to the bit (its SLEEF pow
+# on vector chunks of 32, glibc's powf on the tail), not merely within 1 ulp.
+FAR_POSITIONS = [8192, 32768, 131000]
 ROPE_TYPES = ["default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"]
 
 
@@ -117,15 +127,16 @@ def rope_params(rng, rope_type, pairs_hint, max_pos):
     return p
 
 
-def draw(rng, i):
-    """One random config.json, and the layer type to read (None when there is one rope)."""
+def draw(rng, i, wide=False):
+    """One random config.json, and the layer type to read (None when there is one rope); with
+    `wide`, heads of 64, 128 or 256 dimensions."""
     model_type = rng.choices([m for m, _ in MODEL_TYPES], [w for _, w in MODEL_TYPES])[0]
     wrapper = None
     if model_type in ("llava", "gemma3"):
         wrapper = model_type
         model_type = "llama" if wrapper == "llava" else "gemma3_text"
     heads = rng.choice([1, 2, 4])
-    head_dim = rng.choice([4, 6, 8, 10, 12, 16, 20, 24, 32])
+    head_dim = rng.choice([64, 128, 256] if wide else HEAD_DIMS)
     raw = {"model_type": model_type, "hidden_size": heads * head_dim, "num_attention_heads": heads}
     if model_type in ("gemma3_text", "gemma4_text"):
         raw["num_hidden_layers"] = 6
@@ -133,9 +144,9 @@ def draw(rng, i):
         # Explicit, and most often not hidden_size / num_attention_heads; left out sometimes for
         # the classes that default it (Gemma 256, Qwen 3 128).
         if not maybe(rng, 0.15):
-            raw["head_dim"] = rng.choice([head_dim, 8, 12, 16])
+            raw["head_dim"] = rng.choice([head_dim, head_dim, 128] if wide else [head_dim, 8, 12, 16])
     if model_type == "deepseek_v3":
-        raw["qk_rope_head_dim"] = rng.choice([8, 12, 16])
+        raw["qk_rope_head_dim"] = rng.choice([64, 128] if wide else [8, 12, 16, 64])
         raw["qk_nope_head_dim"] = 8
         raw["v_head_dim"] = 8
         if maybe(rng, 0.3):
@@ -241,7 +252,7 @@ def rotary(config):
     return getattr(module, class_name)(config), apply_rotary_pos_emb
 
 
-def run_case(name, raw, layer_type, rng):
+def run_case(name, raw, layer_type, rng, far):
     config = transformers.AutoConfig.for_model(**json.loads(json.dumps(raw)))
     text = getattr(config, "text_config", None) or config
     module, apply = rotary(text)
@@ -256,12 +267,12 @@ def run_case(name, raw, layer_type, rng):
     max_pos = text.max_position_embeddings
     original = (text.rope_parameters.get(layer_type, {}) if layer_type else text.rope_parameters) or {}
     original = original.get("original_max_position_embeddings") or max_pos
-    # Positions stay under MAX_POSITION: PyTorch's vectorized pow (SLEEF's powf_u10) is not
-    # correctly rounded, and a 1-ulp difference in an inv_freq entry grows with the position
-    # (past ~1500 it can pass 1e-5 on wide heads).
-    windows = sorted({(0, 2), (min(max(0, original - 1), MAX_POSITION), 2),
-                      (min(max(0, max_pos - 1), MAX_POSITION), 2),
-                      (rng.randrange(0, min(3 * max_pos + 5, MAX_POSITION)), 2)})
+    windows = {(0, 2), (max(0, original - 1), 2), (max(0, max_pos - 1), 2),
+               (rng.randrange(0, 3 * max_pos + 5), 2),
+               (rng.choice(FAR_POSITIONS) + rng.randrange(0, 8), 2)}
+    if far:
+        windows |= {(8192, 8), (131000, 8)}
+    windows = sorted(windows)
     record = {
         "case": name,
         "config": raw,
@@ -294,6 +305,9 @@ def main():
     parser.add_argument("--rejected", type=int, default=8, help="configurations it refuses, at most")
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--out", type=pathlib.Path, default=OUT)
+    parser.add_argument("--far", action="store_true",
+                        help="heads of 64, 128 or 256 dimensions, and windows of 8 positions at "
+                             "8192 and 131000 in every case")
     args = parser.parse_args()
     transformers.logging.set_verbosity_error()
     rng = random.Random(args.seed)
@@ -301,10 +315,10 @@ def main():
     accepted, rejected = [], []
     i = 0
     while len(accepted) < args.cases:
-        name, raw, layer_type = draw(rng, i)
+        name, raw, layer_type = draw(rng, i, args.far)
         i += 1
         try:
-            accepted.append(run_case(name, raw, layer_type, rng))
+            accepted.append(run_case(name, raw, layer_type, rng, args.far))
         except Exception as err:  # transformers refuses it
             message = f"{type(err).__name__}: {err}"[:300]
             if message.startswith("ValueError: no rotated pair"):

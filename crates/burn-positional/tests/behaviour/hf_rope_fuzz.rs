@@ -6,7 +6,8 @@
 //! differently (Llama, Mistral, Qwen 2/3, Phi, Phi-3, GPT-NeoX, StableLM, Gemma 1-4, DeepSeek
 //! V3, multimodal `text_config`), many with optional keys left out so that the config classes'
 //! defaults apply. For each: the model's rotary module's `inv_freq` and `attention_scaling`, and
-//! at a few windows of positions (below and past the original context) the window's `inv_freq`
+//! at a few windows of positions (below and past the original context, and one far out: from
+//! 8192, 32768 or 131000, where 1 ulp off in an `inv_freq` entry shows) the window's `inv_freq`
 //! and a fixed `q` rotated by the model's `apply_rotary_pos_emb`. Here the same config goes
 //! through `RopeConfig::from_hf_config` and the layer, and must match to 1e-5 of the largest
 //! magnitude. The configs transformers refuses must be refused here too. Set `HF_ROPE_FUZZ` to
