@@ -123,8 +123,11 @@ pub fn t5_bucket(
     if n < max_exact {
         return (bucket + n) as usize;
     }
-    let log_ratio =
-        (n as f32 / max_exact as f32).ln() / (max_distance as f32 / max_exact as f32).ln();
+    // `torch.log(relative_position.float() / max_exact) / math.log(max_distance / max_exact)`:
+    // the first log in f32 (a tensor), the second in Python's f64, rounded to f32 by the
+    // division with the f32 tensor.
+    let denominator = (max_distance as f64 / max_exact as f64).ln() as f32;
+    let log_ratio = (n as f32 / max_exact as f32).ln() / denominator;
     let large = max_exact + (log_ratio * (num_buckets - max_exact) as f32) as i64;
     (bucket + large.min(num_buckets - 1)) as usize
 }
@@ -296,4 +299,55 @@ fn build_buckets(bucketing: &Bucketing, n: usize, device: &Device) -> Tensor<2, 
         .clamp(-reach, reach)
         .add_scalar(reach);
     lookup.select(0, relative.reshape([n * n])).reshape([n, n])
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::t5_bucket;
+
+    /// Every bucket boundary of `T5Attention._relative_position_bucket` (transformers 5.24.0,
+    /// torch 2.6.0) on relative positions -3000..=3000, for 250 (num_buckets, max_distance,
+    /// direction) triples: `tools/hf_t5_bucket_fixtures.py` wrote the places where the bucket
+    /// changes, so between two entries every position has the earlier entry's bucket.
+    #[test]
+    fn buckets_equal_transformers_on_a_grid() {
+        let text = include_str!("../tests/fixtures/hf/t5_buckets.json");
+        let fixture: serde_json::Value = serde_json::from_str(text).expect("the fixture parses");
+        let reach = fixture["reach"].as_i64().expect("reach");
+        let mut wrong = Vec::new();
+        for case in fixture["cases"].as_array().expect("cases") {
+            let num_buckets = case["num_buckets"].as_u64().expect("num_buckets") as usize;
+            let max_distance = case["max_distance"].as_u64().expect("max_distance") as usize;
+            let bidirectional = case["bidirectional"].as_bool().expect("bidirectional");
+            let changes: Vec<(i64, i64)> = case["changes"]
+                .as_array()
+                .expect("changes")
+                .iter()
+                .map(|c| (c[0].as_i64().unwrap(), c[1].as_i64().unwrap()))
+                .collect();
+            let mut next = 0;
+            let mut expected = changes[0].1;
+            for rel in -reach..=reach {
+                if next < changes.len() && changes[next].0 == rel {
+                    expected = changes[next].1;
+                    next += 1;
+                }
+                let ours = t5_bucket(rel, bidirectional, num_buckets, max_distance) as i64;
+                if ours != expected {
+                    wrong.push(format!(
+                        "num_buckets {num_buckets}, max_distance {max_distance}, \
+                         bidirectional {bidirectional}, relative position {rel}: \
+                         ours {ours}, transformers {expected}"
+                    ));
+                }
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{} buckets differ from transformers, first: {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        );
+    }
 }
