@@ -301,7 +301,6 @@ fn build_buckets(bucketing: &Bucketing, n: usize, device: &Device) -> Tensor<2, 
     lookup.select(0, relative.reshape([n * n])).reshape([n, n])
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::t5_bucket;
