@@ -1,19 +1,23 @@
-//! Memory against length: the growth of the process's peak resident memory (`VmHWM` minus
-//! `VmRSS` after setup, Linux) during one forward, and one forward plus backward, of a causal
-//! block at batch 1, d_model 256, 8 heads, for each scheme, beside burn's own `attention`
-//! without a bias on q, k, v of the same shapes. Each case runs in a process of its own (this
-//! binary, re-invoked), so no case inherits another's allocations. Also the wall time of the
-//! same step (median of three after the measured one), synced inside the timed region.
+//! Memory against length: how much memory one forward, and one forward plus backward, of a
+//! causal block at batch 1, d_model 256, 8 heads takes, for each scheme, beside burn's own
+//! `attention` without a bias on q, k, v of the same shapes. On flex and ndarray that is the
+//! growth of the process's peak resident memory (`VmHWM` minus `VmRSS` after setup, Linux); on
+//! wgpu and CUDA, the growth of the memory cubecl's allocator has reserved on the device (its
+//! pools keep every page they took until a cleanup, so after the step they hold the step's
+//! peak). Each case runs in a process of its own (this binary, re-invoked), so no case inherits
+//! another's allocations. Also the wall time of the same step (median of `REPS` more steps,
+//! default 3; `REPS=0` reports the measured step itself), synced inside the timed region.
 //!
 //! ```text
 //! cargo bench -p burn-positional-benches --bench attention_memory
-//! BENCH_DEVICES=wgpu MAX_SEQ=4096 cargo bench -p burn-positional-benches --bench attention_memory
+//! BENCH_DEVICES=wgpu REPS=0 cargo bench -p burn-positional-benches --bench attention_memory
 //! ```
 //!
-//! On wgpu without a GPU (Mesa's lavapipe) device memory is host memory, so the same counter
-//! measures it: those figures are CPU-emulated. Forward plus backward stops at `MAX_BACKWARD`
-//! (4096 by default) for burn's attention and the spelled-out block, which keep
-//! `n_heads x seq^2` floats per saved tensor; the tiled blocks go up to `MAX_SEQ`.
+//! On wgpu without a GPU (Mesa's lavapipe) the device is the CPU: those figures are
+//! CPU-emulated. Forward plus backward stops at `MAX_BACKWARD` (4096 by default) for burn's
+//! attention and the spelled-out block, which keep `n_heads x seq^2` floats per saved tensor,
+//! and the spelled-out forward at `MAX_SPELLED` (8192); the tiled blocks go up to `MAX_SEQ`
+//! (16384).
 
 use std::process::Command;
 use std::time::Instant;
@@ -46,7 +50,15 @@ fn kib(field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
 }
 
-/// The child: one case, prints `growth_mib time_ms`.
+/// Bytes the device's allocator has reserved (cubecl's pools), or 0 on a backend that does not
+/// report it (flex, ndarray: their tensors are plain host memory, which `VmHWM` sees).
+fn reserved(device: &Device) -> u64 {
+    device
+        .memory_pool_usage()
+        .map_or(0, |usage| usage.bytes_reserved)
+}
+
+/// The child: one case, prints `growth_mib time_ms device_mib`.
 fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
     let choice: DeviceChoice = device_name
         .parse()
@@ -76,7 +88,11 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
                 .reshape([1, seq, D_MODEL])
         })
     } else {
-        let config = SelfAttentionConfig::new(D_MODEL, N_HEADS).with_causal(true);
+        // `TILE_ROWS` sets the tiled attention's rows per tile (default: the block's budget).
+        let tile_rows = std::env::var("TILE_ROWS").ok().and_then(|v| v.parse().ok());
+        let config = SelfAttentionConfig::new(D_MODEL, N_HEADS)
+            .with_causal(true)
+            .with_tile_rows(tile_rows);
         let config = match scheme {
             "none" | "none, spelled out" => config,
             "rope" => config.with_rotary(),
@@ -109,19 +125,34 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
     device.sync().expect("the device syncs");
     std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak (Linux)");
     let base = kib("VmRSS");
+    let reserved_before = reserved(&device);
+    let start = Instant::now();
     step();
+    let first = start.elapsed().as_secs_f64() * 1e3;
     let growth = kib("VmHWM").saturating_sub(base);
-    let mut times = Vec::new();
-    for _ in 0..3 {
-        let start = Instant::now();
-        step();
-        times.push(start.elapsed().as_secs_f64() * 1e3);
-    }
+    // cubecl's pools keep the pages they took for reuse (memory is given back only on
+    // `memory_cleanup` or under pressure), so what they hold after the step is what the step
+    // needed at its peak.
+    let device_growth = reserved(&device).saturating_sub(reserved_before);
+    // The median of `REPS` more steps (default 3); with `REPS=0`, the measured step's own time
+    // (which includes compiling the shaders of new shapes on wgpu).
+    let reps = std::env::var("REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let mut times: Vec<f64> = (0..reps)
+        .map(|_| {
+            let start = Instant::now();
+            step();
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
     times.sort_by(f64::total_cmp);
     println!(
-        "{} {}",
+        "{} {} {}",
         growth / 1024,
-        times.get(1).copied().unwrap_or(f64::NAN)
+        times.get(times.len() / 2).copied().unwrap_or(first),
+        device_growth >> 20
     );
 }
 
@@ -144,6 +175,7 @@ fn main() {
             .unwrap_or(default)
     };
     let (max_seq, max_backward) = (env("MAX_SEQ", 16384), env("MAX_BACKWARD", 4096));
+    let max_spelled = env("MAX_SPELLED", 8192);
     let devices = std::env::var("BENCH_DEVICES").unwrap_or_else(|_| "flex".into());
     let lengths: Vec<usize> = [1024, 2048, 4096, 8192, 16384]
         .into_iter()
@@ -157,14 +189,23 @@ fn main() {
             } else {
                 "forward"
             };
-            println!("\n{device}, {what}: peak memory growth, MiB (time, ms)\n");
+            let on_cube = matches!(device, "wgpu" | "cuda");
+            let memory = if on_cube {
+                "device memory reserved by cubecl's allocator"
+            } else {
+                "peak resident memory growth"
+            };
+            println!("\n{device}, {what}: {memory}, MiB (time, ms)\n");
             println!("| seq | {} |", SCHEMES.join(" | "));
             println!("|{}", " --- |".repeat(SCHEMES.len() + 1));
             for &seq in &lengths {
                 let mut row = format!("| {seq} |");
                 for scheme in SCHEMES {
                     let quadratic = matches!(scheme, "burn attention" | "none, spelled out");
-                    if backward && quadratic && seq > max_backward {
+                    let spelled_out = scheme == "none, spelled out";
+                    if (backward && quadratic && seq > max_backward)
+                        || (spelled_out && seq > max_spelled)
+                    {
                         row.push_str(" not run |");
                         continue;
                     }
@@ -175,8 +216,11 @@ fn main() {
                         .expect("run a case");
                     let text = String::from_utf8_lossy(&out.stdout);
                     let cell = match text.split_whitespace().collect::<Vec<_>>()[..] {
-                        [mib, ms] if out.status.success() => format!(
+                        [mib, ms, device_mib] if out.status.success() => format!(
                             " {mib} ({ms:.0}) |",
+                            // On wgpu, the device allocator's growth (lavapipe's resident
+                            // memory also holds the shaders LLVM compiled for each shape).
+                            mib = if on_cube { device_mib } else { mib },
                             ms = ms.parse::<f64>().unwrap_or(f64::NAN)
                         ),
                         _ => format!(
