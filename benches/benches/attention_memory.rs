@@ -225,10 +225,13 @@ fn main() {
                         ),
                         _ => format!(
                             " failed: {} |",
+                            // The panic's message: the line after "panicked at".
                             String::from_utf8_lossy(&out.stderr)
                                 .lines()
-                                .last()
-                                .unwrap_or("?")
+                                .skip_while(|line| !line.contains("panicked at"))
+                                .nth(1)
+                                .unwrap_or("no panic message")
+                                .replace('|', "/")
                         ),
                     };
                     row.push_str(&cell);
