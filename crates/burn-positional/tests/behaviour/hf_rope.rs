@@ -38,7 +38,7 @@ fn fixtures() -> Vec<(String, Value)> {
         .collect()
 }
 
-fn floats(value: &Value) -> Vec<f64> {
+pub(crate) fn floats(value: &Value) -> Vec<f64> {
     value
         .as_array()
         .unwrap()
@@ -65,7 +65,7 @@ fn assert_matches(got: &[f64], want: &[f64], what: &str) {
 
 /// Rows of `head_dim` values from the half-split order (pair `j` is `(x[j], x[j + pairs])`) to
 /// the interleaved one (`(x[2j], x[2j + 1])`); dimensions past the rotated pairs stay.
-fn to_interleaved(rows: &[f64], head_dim: usize, pairs: usize) -> Vec<f64> {
+pub(crate) fn to_interleaved(rows: &[f64], head_dim: usize, pairs: usize) -> Vec<f64> {
     rows.chunks(head_dim)
         .flat_map(|row| {
             let mut out = row.to_vec();

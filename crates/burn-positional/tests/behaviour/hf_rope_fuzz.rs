@@ -17,14 +17,7 @@ use burn::prelude::*;
 use burn_positional::{RopeConfig, RopeLayout};
 use serde_json::Value;
 
-fn floats(value: &Value) -> Vec<f64> {
-    value
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect()
-}
+use super::hf_rope::{floats, to_interleaved};
 
 /// `Some(message)` unless `|got - want| <= 1e-5 * max |want|` element by element.
 fn mismatch(got: &[f64], want: &[f64], what: &str) -> Option<String> {
@@ -56,21 +49,6 @@ fn q_values(seq: usize, head_dim: usize) -> Vec<f32> {
     (0..seq * head_dim)
         .map(|k| ((k * 7919) % 23) as f32 - 11.0)
         .map(|x| x / 8.0)
-        .collect()
-}
-
-/// Rows of `head_dim` values from the half-split order to the interleaved one (the first
-/// `2 * pairs` dimensions; the rest stay).
-fn to_interleaved(rows: &[f64], head_dim: usize, pairs: usize) -> Vec<f64> {
-    rows.chunks(head_dim)
-        .flat_map(|row| {
-            let mut out = row.to_vec();
-            for j in 0..pairs {
-                out[2 * j] = row[j];
-                out[2 * j + 1] = row[j + pairs];
-            }
-            out
-        })
         .collect()
 }
 
