@@ -422,7 +422,8 @@ fn model_of_another_shape(checkpoint: &std::path::Path, config: &TrainingConfig,
 /// A newest epoch with a part that exists and does not load (truncated, empty, another shape):
 /// the resume passes it over, names the part, resumes after the epoch before (its first step
 /// is step 3), finishes, and ends where an uninterrupted run does.
-fn a_part_that_does_not_load_falls_back(device: &Device) {
+/// `tolerance`: how far the resumed run may end from the uninterrupted one.
+fn a_part_that_does_not_load_falls_back(device: &Device, tolerance: f32) {
     type Corrupt = fn(&std::path::Path, &TrainingConfig, &Device);
     let cases: [(&str, Corrupt); 3] = [
         ("optim-2.bpk", truncate_optim),
@@ -466,9 +467,13 @@ fn a_part_that_does_not_load_falls_back(device: &Device) {
         assert_eq!(*steps.lock().unwrap(), [3, 4, 5, 6], "{part}");
         assert_eq!(last_checkpoint(&run), Some(3), "{part}");
         let difference = max_abs_diff(&table(&resumed), &table(&straight));
+        // On wgpu (1e-3), gradients that scatter-add (the table's, and the tiled attention's by
+        // distance) sum with atomics in no fixed order, so two runs of the same steps differ in
+        // the last bits, and Adam's steps carry that on (seen: 2.2e-4 after 6 steps, once in
+        // three full runs). The CPU backends (1e-5) sum in a fixed order.
         assert!(
-            difference < 1e-5,
-            "{part}: the resumed run differs by {difference}"
+            difference < tolerance,
+            "{part}: the resumed run differs by {difference} (tolerance {tolerance})"
         );
     }
 }
@@ -476,14 +481,14 @@ fn a_part_that_does_not_load_falls_back(device: &Device) {
 #[test]
 fn a_part_that_does_not_load_falls_back_flex() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    a_part_that_does_not_load_falls_back(&Device::flex());
+    a_part_that_does_not_load_falls_back(&Device::flex(), 1e-5);
 }
 
 #[test]
 #[allow(deprecated)]
 fn a_part_that_does_not_load_falls_back_ndarray() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    a_part_that_does_not_load_falls_back(&Device::ndarray());
+    a_part_that_does_not_load_falls_back(&Device::ndarray(), 1e-5);
 }
 
 #[test]
@@ -492,7 +497,7 @@ fn a_part_that_does_not_load_falls_back_wgpu() {
     let opened = open(DeviceChoice::Wgpu).unwrap_or_else(|reason| {
         panic!("{reason}. These tests never skip a backend: install a Vulkan driver (lavapipe)")
     });
-    a_part_that_does_not_load_falls_back(&opened.device);
+    a_part_that_does_not_load_falls_back(&opened.device, 1e-3);
 }
 
 const CHILD_DIR: &str = "BURN_POSITIONAL_LEARNER_CHILD_DIR";
