@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
-use burn_positional::{EmbeddingWithPositionConfig, PositionSchemeConfig, SelfAttentionConfig};
+use burn_positional::{EmbeddingWithPositionConfig, AbsolutePositionConfig, SelfAttentionConfig};
 use burn_positional_examples::classifier::{SequenceClassifier, SequenceClassifierConfig};
 use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
@@ -120,7 +120,7 @@ fn train(scheme: Scheme, args: &Args, device: &Device) -> Trained {
     let training = device.clone().autodiff();
     training.seed(args.seed);
     let name = scheme.to_string();
-    let encoder = EncoderConfig::new(vocabulary().len(), PositionSchemeConfig::None)
+    let encoder = EncoderConfig::new(vocabulary().len(), AbsolutePositionConfig::None)
         .with_d_model(D_MODEL)
         .with_n_heads(N_HEADS)
         .with_n_blocks(1)

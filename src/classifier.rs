@@ -55,7 +55,7 @@ impl SequenceClassifierConfig {
     ///
     /// As [`EncoderConfig::init`].
     pub fn init(&self, device: &Device) -> SequenceClassifier {
-        burn_positional::materialize(SequenceClassifier {
+        burn_positional::training::materialize(SequenceClassifier {
             encoder: self.encoder.init(device),
             head: LinearConfig::new(self.encoder.d_model, self.n_classes).init(device),
         })

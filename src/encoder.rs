@@ -8,7 +8,7 @@ use burn::prelude::*;
 use crate::schemes::Scheme;
 use crate::{
     AttentionInput, Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, KvCache,
-    PositionError, PositionSchemeConfig, Positions, RopeConfig, ScoreBias, ScoreBiasConfig,
+    PositionError, AbsolutePositionConfig, Positions, RopeConfig, ScoreBias, ScoreBiasConfig,
     SelfAttention, SelfAttentionConfig,
 };
 
@@ -18,7 +18,7 @@ pub struct EncoderConfig {
     /// Token ids lie in `0..vocab_size`.
     pub vocab_size: usize,
     /// The embedding's position scheme.
-    pub scheme: PositionSchemeConfig,
+    pub scheme: AbsolutePositionConfig,
     /// Width of the embedding's output.
     #[config(default = 64)]
     pub d_model: usize,
@@ -101,7 +101,7 @@ impl EncoderConfig {
             panic!("{err}");
         }
         let block = checked.with_score_bias(None);
-        burn_positional::materialize(Encoder {
+        burn_positional::training::materialize(Encoder {
             embed: EmbeddingWithPositionConfig::new(self.vocab_size, self.d_model)
                 .with_scheme(self.scheme.clone())
                 .with_combine(self.combine.clone())

@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::{
-    AlibiConfig, LearnedConfig, LearnedInit, PositionSchemeConfig, RopeConfig, ScoreBiasConfig,
+    AlibiConfig, LearnedConfig, LearnedInit, AbsolutePositionConfig, RopeConfig, ScoreBiasConfig,
     SinusoidalConfig, T5BiasConfig,
 };
 
@@ -32,7 +32,7 @@ pub enum Scheme {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchemeParts {
     /// The embedding's absolute scheme.
-    pub embedding: PositionSchemeConfig,
+    pub embedding: AbsolutePositionConfig,
     /// Rotary positions for every attention block.
     pub rope: Option<RopeConfig>,
     /// A score bias for every attention block.
@@ -56,7 +56,7 @@ impl Scheme {
     /// (ALiBi's bias is masked by a causal block, T5's buckets follow the block's `causal`).
     pub fn parts(self, max_len: usize, n_heads: usize, d_head: usize) -> SchemeParts {
         let none = SchemeParts {
-            embedding: PositionSchemeConfig::None,
+            embedding: AbsolutePositionConfig::None,
             rope: None,
             score_bias: None,
         };

@@ -24,9 +24,8 @@ use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::module::embedding;
-use burn_positional::{
-    AttentionInput, SelfAttention, SelfAttentionConfig, T5Bias, alibi_slopes, t5_bucket,
-};
+use burn_positional::score_bias::{alibi_slopes, t5_bucket};
+use burn_positional::{AttentionInput, SelfAttention, SelfAttentionConfig, T5Bias};
 use burn_positional_benches::bench_devices;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::time::Duration;

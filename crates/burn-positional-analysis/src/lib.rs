@@ -328,7 +328,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn_positional::sinusoid_rows;
+    use burn_positional::absolute::sinusoid_rows;
 
     fn sinusoidal(n: usize, d: usize) -> Vec<Vec<f32>> {
         sinusoid_rows(0..n as u64, d, 10_000.0)

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use burn::prelude::*;
-use burn_positional::{Combine, PositionSchemeConfig, sinusoid_rows};
+use burn_positional::absolute::sinusoid_rows;
+use burn_positional::{AbsolutePositionConfig, Combine};
 use burn_positional_analysis as analysis;
 use burn_positional_examples::device::{DeviceChoice, open, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
@@ -89,7 +90,7 @@ fn write_json(path: &Path, value: &impl Serialize) {
 /// The copy-back training config of the training example, for `scheme` combined as `combine`.
 fn training_config(scheme: Scheme, combine: Combine, steps: usize) -> TrainingConfig {
     let task = CopyBackConfig::new();
-    let encoder = EncoderConfig::new(task.vocab_size, PositionSchemeConfig::None)
+    let encoder = EncoderConfig::new(task.vocab_size, AbsolutePositionConfig::None)
         .with_position(scheme, task.seq)
         .with_combine(combine);
     TrainingConfig::new(TokenTaggerConfig::new(encoder), task).with_steps(steps)
@@ -392,7 +393,7 @@ fn collisions(args: &Args, device: &Device, main_name: &str) {
 // add versus concatenate
 
 fn add_vs_concat(args: &Args, device: &Device, main_name: &str) -> Result<(), TrainingError> {
-    let d_model = EncoderConfig::new(1, PositionSchemeConfig::None).d_model;
+    let d_model = EncoderConfig::new(1, AbsolutePositionConfig::None).d_model;
     let combines = [
         ("add", Combine::Add),
         (

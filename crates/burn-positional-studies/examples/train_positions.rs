@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use burn_positional::{AbsolutePosition, PositionSchemeConfig, SinusoidalConfig};
+use burn_positional::{AbsolutePosition, AbsolutePositionConfig, SinusoidalConfig};
 use burn_positional_analysis::{cosine_matrix, neighbour_and_far_cosine};
 use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;
@@ -93,7 +93,7 @@ struct TrainOptions {
 
 fn config_for(scheme: Scheme, options: &TrainOptions) -> TrainingConfig {
     let task = CopyBackConfig::new();
-    let encoder = EncoderConfig::new(task.vocab_size, PositionSchemeConfig::None)
+    let encoder = EncoderConfig::new(task.vocab_size, AbsolutePositionConfig::None)
         .with_position(scheme, task.seq);
     let model = TokenTaggerConfig::new(encoder);
     TrainingConfig::new(model, task)

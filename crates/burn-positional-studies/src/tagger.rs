@@ -50,7 +50,7 @@ impl TokenTaggerConfig {
             d_model,
             ..
         } = self.encoder;
-        burn_positional::materialize(TokenTagger {
+        burn_positional::training::materialize(TokenTagger {
             encoder: self.encoder.init(device),
             head: LinearConfig::new(d_model, vocab_size).init(device),
         })

@@ -13,7 +13,8 @@ use burn::data::dataset::Dataset;
 
 use crate::copy_back::{CopyBackBatch, CopyBackBatcher, CopyBackConfig, CopyBackDataset};
 use crate::tagger::{TokenTagger, TokenTaggerConfig};
-use crate::{PositionError, read_record};
+use crate::PositionError;
+use burn_positional::training::read_record;
 
 /// Everything a training run depends on; saved as `config.json` beside the model.
 #[derive(Config, Debug, PartialEq)]

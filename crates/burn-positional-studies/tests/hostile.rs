@@ -17,9 +17,8 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::nn::LinearConfig;
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use burn_positional::{
-    EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig, read_record,
-};
+use burn_positional::training::read_record;
+use burn_positional::{EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig};
 use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_studies::checkpoint::RunRecord;
 use burn_positional_studies::copy_back::CopyBackConfig;

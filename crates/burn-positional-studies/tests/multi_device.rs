@@ -29,7 +29,7 @@ use burn::train::{
     MultiDeviceOptim, SupervisedTraining, TrainStep,
 };
 use burn_positional::SinusoidalConfig;
-use burn_positional::{LearnedConfig, PositionSchemeConfig, ScoreBiasConfig, T5BiasConfig};
+use burn_positional::{LearnedConfig, AbsolutePositionConfig, ScoreBiasConfig, T5BiasConfig};
 use burn_positional_examples::classifier::SequenceClassifierConfig;
 use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_examples::who_bites_whom::{self, SentenceBatcher};
@@ -51,7 +51,7 @@ fn task() -> CopyBackConfig {
 
 /// A tagger with a learned position table and a T5 bias: three tables a user may freeze.
 fn config() -> TokenTaggerConfig {
-    let scheme: PositionSchemeConfig = LearnedConfig::new(16).into();
+    let scheme: AbsolutePositionConfig = LearnedConfig::new(16).into();
     TokenTaggerConfig::new(
         EncoderConfig::new(task().vocab_size, scheme)
             .with_d_model(16)

@@ -24,56 +24,51 @@
 
 #![warn(missing_docs)]
 
-mod alibi;
-mod attention;
+// The tree follows the README's families: the embedding; absolute positions (added to the
+// token vectors); rotary (queries and keys); score biases (attention scores); the attention that
+// takes them; pretrained weights. Infrastructure (shape caches, size limits) is private.
+pub mod absolute;
+pub mod attention;
 mod cache;
-mod embedding;
+pub mod embedding;
 mod error;
-pub mod hf_config;
-mod ids;
-mod learned;
 mod limits;
-mod materialize;
 #[cfg(feature = "pretrained")]
 pub mod pretrained;
-mod records;
-mod reference;
-mod rope;
-mod scheme;
-mod sinusoidal;
-mod status;
-mod t5_bias;
+pub mod rotary;
+pub mod score_bias;
+pub mod training;
 
-pub use alibi::{Alibi, AlibiConfig, alibi_slopes};
-pub use attention::{
-    AttentionInput, AttentionOutput, KvCache, ScoreBias, ScoreBiasConfig, SelfAttention,
-    SelfAttentionConfig, TILE_VALUES, padding_mask,
+pub use absolute::{
+    AbsolutePosition, AbsolutePositionConfig, LearnedConfig, LearnedInit, LearnedPosition,
+    SinusoidalConfig, SinusoidalPosition,
 };
-/// The fused forward ([`EmbeddingWithPosition`]'s default path), for direct use.
-pub use burn_positional_kernels as kernels;
+pub use attention::{
+    AttentionInput, AttentionOutput, KvCache, SelfAttention, SelfAttentionConfig, padding_mask,
+};
 /// Add or concatenate: one type for the layer's config and the kernels.
 pub use burn_positional_kernels::Combine;
-pub use cache::CACHED_SQUARES;
-/// Test hooks (the `testing` feature): how often this thread built a shape cache.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use cache::shape_cache_builds;
-pub use embedding::{EmbeddingWithPosition, EmbeddingWithPositionConfig};
+/// Which path a device takes: the fused kernel (its backend's feature is on) or plain tensor ops.
+pub use burn_positional_kernels::fused_covers;
+pub use embedding::{EmbeddingWithPosition, EmbeddingWithPositionConfig, Positions};
 pub use error::PositionError;
-pub use hf_config::{HF_ROPE_TYPES, HfConfigError};
-pub use ids::check_token_ids;
-pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
-pub use limits::{GROWN_TABLE_VALUES, MAX_TABLE_VALUES};
-pub use materialize::materialize;
-pub use records::read_record;
-pub use rope::{
+pub use rotary::hf_config::HfConfigError;
+pub use rotary::{
     DynamicScaling, Llama3Scaling, LongRopeScaling, ProportionalScaling, Rope, RopeArithmetic,
     RopeConfig, RopeLayout, RopeScaling, YarnScaling,
 };
-pub use scheme::{AbsolutePosition, NoPosition, PositionSchemeConfig, Positions};
-pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_frequencies, sinusoid_rows};
-pub use status::KEPT_STATUSES;
-pub use t5_bias::{T5Bias, T5BiasConfig, t5_bucket};
+pub use score_bias::{Alibi, AlibiConfig, ScoreBias, ScoreBiasConfig, T5Bias, T5BiasConfig};
+
+/// Hooks for this crate's own tests (the `testing` feature): counters and tuning constants.
+/// Nothing here is stable.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::cache::{CACHED_SQUARES, shape_cache_builds};
+    pub use crate::embedding::KEPT_STATUSES;
+    pub use crate::limits::{GROWN_TABLE_VALUES, MAX_TABLE_VALUES};
+    pub use burn_positional_kernels::fused_calls;
+}
 
 /// Compile-time: every public module can be shared by threads and cloned into workers (burn's
 /// data-parallel training clones the model onto each device's thread).
@@ -82,8 +77,7 @@ const _: () = {
     shared::<EmbeddingWithPosition>();
     shared::<SelfAttention>();
     shared::<AbsolutePosition>();
-    shared::<NoPosition>();
-    shared::<SinusoidalPosition>();
+        shared::<SinusoidalPosition>();
     shared::<LearnedPosition>();
     shared::<T5Bias>();
     shared::<Alibi>();

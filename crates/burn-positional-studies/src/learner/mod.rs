@@ -273,7 +273,7 @@ pub enum Event {
 /// run on the folder is refused, naming the first's pid.
 ///
 /// Every parameter is drawn in `init` from the config's seed (see
-/// [`burn_positional::materialize`]), and the loaders do not shuffle, so a run is reproducible
+/// [`burn_positional::training::materialize`]), and the loaders do not shuffle, so a run is reproducible
 /// from its config as long as nothing else seeds or draws from the same device meanwhile.
 ///
 /// # Errors

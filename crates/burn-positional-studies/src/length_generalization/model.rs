@@ -24,11 +24,11 @@ pub struct LanguageModelConfig {
 /// use burn_positional_examples::encoder::EncoderConfig;
 /// use burn_positional_studies::length_generalization::LanguageModelConfig;
 /// use burn_positional_examples::schemes::Scheme;
-/// use burn_positional::PositionSchemeConfig;
+/// use burn_positional::AbsolutePositionConfig;
 ///
 /// let device = Device::flex();
 /// // `with_position` replaces the placeholder scheme with ALiBi's causal parts.
-/// let body = EncoderConfig::new(15, PositionSchemeConfig::None)
+/// let body = EncoderConfig::new(15, AbsolutePositionConfig::None)
 ///     .with_d_model(32)
 ///     .with_causal(true)
 ///     .with_position(Scheme::Alibi, 64);
@@ -56,7 +56,7 @@ impl LanguageModelConfig {
             "a language model needs causal blocks. Fix: EncoderConfig::with_causal(true), set \
              before with_position"
         );
-        burn_positional::materialize(LanguageModel {
+        burn_positional::training::materialize(LanguageModel {
             body: self.encoder.init(device),
             head: LinearConfig::new(self.encoder.d_model, self.encoder.vocab_size).init(device),
         })

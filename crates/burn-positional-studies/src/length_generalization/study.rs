@@ -8,7 +8,7 @@ use super::{LanguageModelConfig, Task, VOCAB};
 use crate::encoder::EncoderConfig;
 use crate::schemes::Scheme;
 use crate::training::TrainingError;
-use crate::{PositionSchemeConfig, RopeScaling};
+use crate::{AbsolutePositionConfig, RopeScaling};
 
 /// The schemes of the study: none (NoPE), sinusoidal, learned, T5, RoPE, ALiBi.
 pub const SCHEMES: [Scheme; 6] = [
@@ -297,7 +297,7 @@ impl StudyConfig {
     /// The model of a cell: learned tables as long as the longest training sequence of the
     /// task, so every test past `L` is past the table.
     pub fn model_config(&self, task: Task, scheme: Scheme) -> LanguageModelConfig {
-        let encoder = EncoderConfig::new(VOCAB, PositionSchemeConfig::None)
+        let encoder = EncoderConfig::new(VOCAB, AbsolutePositionConfig::None)
             .with_d_model(self.d_model)
             .with_n_heads(self.n_heads)
             .with_n_blocks(self.n_blocks)

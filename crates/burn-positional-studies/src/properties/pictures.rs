@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use burn::prelude::*;
-use burn_positional::sinusoid_rows;
+use burn_positional::absolute::sinusoid_rows;
 use burn_positional_plots::{Chart, Heatmap, Series, draw_charts, draw_heatmaps};
 use serde::Serialize;
 

@@ -10,9 +10,10 @@ use burn::tensor::{Bool, Shape, Tensor};
 
 use super::kv_cache::BlockId;
 use super::mask::CausalMasks;
-use super::score_bias::cast;
+use crate::score_bias::cast;
 use super::tiled::{CompactBias, tile_rows, tiled_attention};
-use super::{AttentionInput, AttentionOutput, KvCache, ScoreBias};
+use super::{AttentionInput, AttentionOutput, KvCache};
+use crate::ScoreBias;
 use crate::Rope;
 
 /// A small self-attention block: multi-head attention and a feed-forward, each behind a

@@ -7,9 +7,10 @@ use burn::tensor::Device;
 
 use super::kv_cache::BlockId;
 use super::mask::CausalMasks;
-use super::{ScoreBiasConfig, SelfAttention};
+use super::SelfAttention;
+use crate::ScoreBiasConfig;
 use crate::limits::table_fits;
-use crate::materialize::materialize;
+use crate::training::materialize;
 use crate::{AlibiConfig, PositionError, RopeConfig, T5BiasConfig};
 
 /// Configuration of [`SelfAttention`].

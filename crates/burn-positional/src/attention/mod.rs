@@ -4,7 +4,6 @@
 //! - [`block`]: [`SelfAttention`] and its forwards;
 //! - [`input`]: [`AttentionInput`], [`AttentionOutput`], [`padding_mask`];
 //! - [`kv_cache`]: [`KvCache`], bound to the block that filled it;
-//! - [`score_bias`]: [`ScoreBiasConfig`], [`ScoreBias`] (ALiBi, T5);
 //! - [`mask`]: the causal mask, cached by shape.
 
 mod block;
@@ -12,12 +11,10 @@ mod config;
 mod input;
 mod kv_cache;
 mod mask;
-mod score_bias;
 mod tiled;
 
 pub use block::SelfAttention;
 pub use config::SelfAttentionConfig;
 pub use input::{AttentionInput, AttentionOutput, padding_mask};
 pub use kv_cache::KvCache;
-pub use score_bias::{ScoreBias, ScoreBiasConfig};
-pub use tiled::TILE_VALUES;
+pub(crate) use tiled::CompactBias;

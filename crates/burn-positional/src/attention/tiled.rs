@@ -20,7 +20,7 @@ use burn::tensor::{Bool, Int, Tensor};
 
 /// Floats one tile's scores may hold when the tile size is left to the block:
 /// `batch x n_heads x tile x seq_k <= TILE_VALUES` (16 MiB of f32), at least one row.
-pub const TILE_VALUES: usize = 1 << 22;
+pub(crate) const TILE_VALUES: usize = 1 << 22;
 
 /// A score bias in compact form (the kernels crate's, which also runs the autodiff op).
 pub(crate) use burn_positional_kernels::AttentionBias as CompactBias;

@@ -6,9 +6,11 @@ use burn::prelude::*;
 use burn::tensor::{DType, Distribution, Tolerance};
 use burn_positional::{
     AttentionInput, EmbeddingWithPosition, EmbeddingWithPositionConfig, KvCache, LearnedConfig,
-    PositionSchemeConfig, Positions, SelfAttention, SelfAttentionConfig, SinusoidalConfig,
-    T5BiasConfig, padding_mask, shape_cache_builds, t5_bucket,
+    AbsolutePositionConfig, Positions, SelfAttention, SelfAttentionConfig, SinusoidalConfig,
+    T5BiasConfig, padding_mask,
 };
+use burn_positional::score_bias::t5_bucket;
+use burn_positional::testing::shape_cache_builds;
 
 const D_MODEL: usize = 16;
 const N_HEADS: usize = 4;
@@ -53,10 +55,10 @@ fn block(scheme: Scheme, causal: bool, device: &Device) -> SelfAttention {
 }
 
 fn embedding(scheme: Scheme, device: &Device) -> EmbeddingWithPosition {
-    let position: PositionSchemeConfig = match scheme {
+    let position: AbsolutePositionConfig = match scheme {
         Scheme::Sinusoidal => SinusoidalConfig::new().into(),
         Scheme::Learned => LearnedConfig::new(16).into(),
-        _ => PositionSchemeConfig::None,
+        _ => AbsolutePositionConfig::None,
     };
     EmbeddingWithPositionConfig::new(VOCAB, D_MODEL)
         .with_scheme(position)

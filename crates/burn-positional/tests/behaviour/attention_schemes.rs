@@ -4,8 +4,9 @@ use burn::prelude::*;
 use burn::tensor::Tolerance;
 use burn_positional::{
     AlibiConfig, AttentionInput, RopeConfig, RopeLayout, ScoreBiasConfig, SelfAttentionConfig,
-    T5BiasConfig, alibi_slopes, t5_bucket,
+    T5BiasConfig,
 };
+use burn_positional::score_bias::{alibi_slopes, t5_bucket};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 

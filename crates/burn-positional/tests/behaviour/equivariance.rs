@@ -4,7 +4,7 @@
 
 use burn::prelude::*;
 use burn_positional::{
-    EmbeddingWithPositionConfig, LearnedConfig, PositionSchemeConfig, SelfAttention,
+    EmbeddingWithPositionConfig, LearnedConfig, AbsolutePositionConfig, SelfAttention,
     SelfAttentionConfig, SinusoidalConfig,
 };
 use proptest::prelude::*;
@@ -77,7 +77,7 @@ pub fn attention_without_positions_is_permutation_equivariant(device: &Device) {
 }
 
 /// Embeds distinct token ids with `scheme`, permutes the *ids*, and measures the gap.
-fn gap_with_scheme(scheme: PositionSchemeConfig, causal: bool, device: &Device) {
+fn gap_with_scheme(scheme: AbsolutePositionConfig, causal: bool, device: &Device) {
     let vocab = 16;
     let embed = EmbeddingWithPositionConfig::new(vocab, D_MODEL)
         .with_scheme(scheme.clone())
@@ -108,7 +108,7 @@ fn gap_with_scheme(scheme: PositionSchemeConfig, causal: bool, device: &Device) 
                 shown(lhs),
                 shown(rhs)
             );
-            let want_equal = scheme == PositionSchemeConfig::None && !causal;
+            let want_equal = scheme == AbsolutePositionConfig::None && !causal;
             if want_equal {
                 prop_assert!(gap < EQUAL, "{scheme:?}: gap {gap}");
             } else {
@@ -123,7 +123,7 @@ fn gap_with_scheme(scheme: PositionSchemeConfig, causal: bool, device: &Device) 
 }
 
 pub fn token_ids_without_positions_are_equivariant(device: &Device) {
-    gap_with_scheme(PositionSchemeConfig::None, false, device);
+    gap_with_scheme(AbsolutePositionConfig::None, false, device);
 }
 
 pub fn sinusoidal_positions_break_equivariance(device: &Device) {
@@ -135,7 +135,7 @@ pub fn learned_positions_break_equivariance(device: &Device) {
 }
 
 pub fn a_causal_mask_breaks_equivariance(device: &Device) {
-    gap_with_scheme(PositionSchemeConfig::None, true, device);
+    gap_with_scheme(AbsolutePositionConfig::None, true, device);
 }
 
 on_every_device!(

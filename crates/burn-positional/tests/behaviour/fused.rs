@@ -6,10 +6,10 @@
 
 use burn::prelude::*;
 use burn::tensor::Tolerance;
-use burn_positional::kernels::fused_calls;
+use burn_positional::testing::fused_calls;
 use burn_positional::{
     AbsolutePosition, Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig,
-    PositionSchemeConfig, Positions, SinusoidalConfig,
+    AbsolutePositionConfig, Positions, SinusoidalConfig,
 };
 
 const VOCAB: usize = 13;
@@ -40,7 +40,7 @@ fn explicit(device: &Device) -> Tensor<2, Int> {
 
 /// Every combination: scheme x combine x scale x padding.
 fn configs() -> Vec<EmbeddingWithPositionConfig> {
-    let schemes: [PositionSchemeConfig; 2] = [
+    let schemes: [AbsolutePositionConfig; 2] = [
         SinusoidalConfig::new().into(),
         LearnedConfig::new(16).into(),
     ];
@@ -180,7 +180,7 @@ fn dtypes_follow_the_token_table(device: &Device) {
     use burn::module::Param;
     use burn::tensor::DType;
     for scheme in [
-        PositionSchemeConfig::from(SinusoidalConfig::new()),
+        AbsolutePositionConfig::from(SinusoidalConfig::new()),
         LearnedConfig::new(16).into(),
     ] {
         let config = EmbeddingWithPositionConfig::new(VOCAB, D_MODEL).with_scheme(scheme);

@@ -6,7 +6,7 @@ use burn::prelude::*;
 use burn::tensor::Tolerance;
 use burn_positional::{
     Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig,
-    PositionSchemeConfig, Positions, SinusoidalConfig,
+    AbsolutePositionConfig, Positions, SinusoidalConfig,
 };
 use proptest::prelude::*;
 
@@ -17,7 +17,7 @@ fn ids(batch: usize, seq: usize, vocab: usize, device: &Device) -> Tensor<2, Int
     Tensor::from_data(TensorData::new(values, [batch, seq]), device)
 }
 
-fn schemes() -> Vec<PositionSchemeConfig> {
+fn schemes() -> Vec<AbsolutePositionConfig> {
     vec![
         SinusoidalConfig::new().into(),
         // A cache shorter than the sequence: the device table grows past it.
@@ -126,7 +126,7 @@ pub fn concat_places_tokens_then_positions(device: &Device) {
 pub fn scaling_multiplies_tokens_by_sqrt_d_model(device: &Device) {
     let d_model = 16;
     let config =
-        EmbeddingWithPositionConfig::new(20, d_model).with_scheme(PositionSchemeConfig::None);
+        EmbeddingWithPositionConfig::new(20, d_model).with_scheme(AbsolutePositionConfig::None);
     let plain = config.init(device);
     // The same token table, through a record.
     let scaled = config
@@ -140,7 +140,7 @@ pub fn scaling_multiplies_tokens_by_sqrt_d_model(device: &Device) {
 
 pub fn no_position_means_tokens_only(device: &Device) {
     let embed = EmbeddingWithPositionConfig::new(20, 8)
-        .with_scheme(PositionSchemeConfig::None)
+        .with_scheme(AbsolutePositionConfig::None)
         .with_token_initializer(Initializer::Normal {
             mean: 0.0,
             std: 1.0,

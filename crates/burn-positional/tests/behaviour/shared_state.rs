@@ -8,9 +8,10 @@ use std::sync::Barrier;
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use burn_positional::{
-    AttentionInput, EmbeddingWithPositionConfig, KEPT_STATUSES, KvCache, PositionError, Positions,
+    AttentionInput, EmbeddingWithPositionConfig, KvCache, PositionError, Positions,
     SelfAttentionConfig, SinusoidalConfig,
 };
+use burn_positional::testing::KEPT_STATUSES;
 
 fn bad_id(id: i64) -> PositionError {
     PositionError::TokenIdOutOfRange {

@@ -5,7 +5,7 @@
 //! errors, never a panic.
 
 use burn::prelude::*;
-use burn_positional::kernels::fused_covers;
+use burn_positional::fused_covers;
 use burn_positional::{AbsolutePosition, EmbeddingWithPositionConfig, LearnedConfig, Positions};
 
 include!(concat!(env!("OUT_DIR"), "/readme_model.rs"));

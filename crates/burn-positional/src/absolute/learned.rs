@@ -4,7 +4,7 @@
 //!
 //! The table has no row past `max_len - 1`; asking for one is an error, never a silent read.
 
-use crate::materialize::materialize;
+use crate::training::materialize;
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
@@ -12,7 +12,8 @@ use burn::tensor::module::embedding;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::limits::table_fits;
-use crate::{PositionError, SinusoidalConfig, sinusoid_rows};
+use super::{SinusoidalConfig, sinusoid_rows};
+use crate::PositionError;
 
 /// How a learned table starts.
 #[derive(Config, Debug, PartialEq)]

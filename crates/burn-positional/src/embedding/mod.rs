@@ -10,9 +10,18 @@ use burn_positional_kernels::{
 };
 
 use crate::limits::table_fits;
-use crate::records::{read_record, record_detail};
-use crate::status::StatusLog;
-use crate::{AbsolutePosition, PositionError, PositionSchemeConfig, Positions, SinusoidalConfig};
+use crate::training::{read_record, record_detail};
+use crate::{AbsolutePosition, AbsolutePositionConfig, PositionError, SinusoidalConfig};
+use status::StatusLog;
+
+mod ids;
+mod reference;
+mod status;
+
+pub use burn_positional_kernels::Positions;
+pub use ids::check_token_ids;
+#[cfg(feature = "testing")]
+pub(crate) use status::KEPT_STATUSES;
 
 /// Configuration of [`EmbeddingWithPosition`].
 #[derive(Config, Debug, PartialEq)]
@@ -22,8 +31,8 @@ pub struct EmbeddingWithPositionConfig {
     /// Width of each output vector.
     pub d_model: usize,
     /// The absolute position scheme. Sinusoidal with base 10 000 by default, as in the paper.
-    #[config(default = "PositionSchemeConfig::Sinusoidal(SinusoidalConfig::new())")]
-    pub scheme: PositionSchemeConfig,
+    #[config(default = "AbsolutePositionConfig::Sinusoidal(SinusoidalConfig::new())")]
+    pub scheme: AbsolutePositionConfig,
     /// Add (default) or concatenate.
     #[config(default = "Combine::Add")]
     pub combine: Combine,
@@ -147,7 +156,7 @@ impl EmbeddingWithPositionConfig {
                     suggest_token: self.d_model.saturating_sub(d_position),
                 });
             }
-            if d_token == 0 || d_position == 0 || self.scheme == PositionSchemeConfig::None {
+            if d_token == 0 || d_position == 0 || self.scheme == AbsolutePositionConfig::None {
                 return Err(invalid(
                     "combine",
                     format!("Concat {{ d_token: {d_token}, d_position: {d_position} }}"),

@@ -3,9 +3,9 @@
 //!
 //! | scheme | paper | table | past its range |
 //! | --- | --- | --- | --- |
-//! | [`None`](PositionSchemeConfig::None) | — | — | nothing to run out of |
-//! | [`Sinusoidal`](PositionSchemeConfig::Sinusoidal) | Vaswani et al. 2017 | computed | up to a bounded `max_len`, f64-accurate; past it a clear error |
-//! | [`Learned`](PositionSchemeConfig::Learned) | BERT, GPT | trained `[max_len, d]` | a clear error |
+//! | [`None`](AbsolutePositionConfig::None) | — | — | nothing to run out of |
+//! | [`Sinusoidal`](AbsolutePositionConfig::Sinusoidal) | Vaswani et al. 2017 | computed | up to a bounded `max_len`, f64-accurate; past it a clear error |
+//! | [`Learned`](AbsolutePositionConfig::Learned) | BERT, GPT | trained `[max_len, d]` | a clear error |
 //!
 //! Schemes that act on attention rather than on the embedding (rotary, score biases) live with
 //! the attention block; for them the embedding's scheme is `None`.
@@ -14,13 +14,17 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor};
 
-use crate::{LearnedConfig, LearnedPosition, PositionError, SinusoidalConfig, SinusoidalPosition};
+mod learned;
+mod sinusoidal;
 
-pub use burn_positional_kernels::Positions;
+pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
+pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_frequencies, sinusoid_rows};
+
+use crate::PositionError;
 
 /// Which absolute position scheme an embedding uses.
 #[derive(Config, Debug, PartialEq)]
-pub enum PositionSchemeConfig {
+pub enum AbsolutePositionConfig {
     /// No absolute position: the output is the token vectors alone. The choice for models
     /// whose positions live in attention (rotary, ALiBi, T5 biases), and for showing what
     /// attention does without positions.
@@ -31,19 +35,19 @@ pub enum PositionSchemeConfig {
     Learned(LearnedConfig),
 }
 
-impl From<SinusoidalConfig> for PositionSchemeConfig {
+impl From<SinusoidalConfig> for AbsolutePositionConfig {
     fn from(config: SinusoidalConfig) -> Self {
         Self::Sinusoidal(config)
     }
 }
 
-impl From<LearnedConfig> for PositionSchemeConfig {
+impl From<LearnedConfig> for AbsolutePositionConfig {
     fn from(config: LearnedConfig) -> Self {
         Self::Learned(config)
     }
 }
 
-impl PositionSchemeConfig {
+impl AbsolutePositionConfig {
     /// Checks the scheme for a position part `d_position` wide.
     pub fn validate(&self, d_position: usize) -> Result<(), PositionError> {
         match self {
@@ -78,14 +82,14 @@ pub struct NoPosition {}
 ///
 /// ```
 /// use burn::prelude::*;
-/// use burn_positional::{LearnedConfig, PositionSchemeConfig, SinusoidalConfig};
+/// use burn_positional::{LearnedConfig, AbsolutePositionConfig, SinusoidalConfig};
 ///
 /// let device = Device::flex();
 /// for scheme in [SinusoidalConfig::new().into(), LearnedConfig::new(64).into()] {
-///     let position = PositionSchemeConfig::init(&scheme, 16, &device);
+///     let position = AbsolutePositionConfig::init(&scheme, 16, &device);
 ///     assert_eq!(position.rows(8, 4).unwrap().dims(), [4, 16]);
 /// }
-/// assert!(PositionSchemeConfig::None.init(16, &device).rows(0, 4).is_none());
+/// assert!(AbsolutePositionConfig::None.init(16, &device).rows(0, 4).is_none());
 /// ```
 // One per model, matched on every forward: boxing the large variant buys nothing.
 #[allow(clippy::large_enum_variant)]
@@ -115,10 +119,10 @@ impl AbsolutePosition {
     ///
     /// ```
     /// use burn::prelude::*;
-    /// use burn_positional::{LearnedConfig, PositionError, PositionSchemeConfig};
+    /// use burn_positional::{LearnedConfig, PositionError, AbsolutePositionConfig};
     ///
     /// let device = Device::flex();
-    /// let learned = PositionSchemeConfig::from(LearnedConfig::new(32)).init(8, &device);
+    /// let learned = AbsolutePositionConfig::from(LearnedConfig::new(32)).init(8, &device);
     /// let err = learned.check_window(30, 8).unwrap_err();
     /// assert_eq!(
     ///     err,

@@ -9,7 +9,7 @@
 //! query, its encoder both sides apart), and that is the attention block's to say: there is no
 //! direction in [`T5BiasConfig`], and every call takes the block's `causal`.
 
-use crate::materialize::materialize;
+use crate::training::materialize;
 use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay, Param};
 use burn::nn::Initializer;
@@ -311,7 +311,7 @@ mod tests {
     /// changes, so between two entries every position has the earlier entry's bucket.
     #[test]
     fn buckets_equal_transformers_on_a_grid() {
-        let text = include_str!("../tests/fixtures/hf/t5_buckets.json");
+        let text = include_str!("../../tests/fixtures/hf/t5_buckets.json");
         let fixture: serde_json::Value = serde_json::from_str(text).expect("the fixture parses");
         let reach = fixture["reach"].as_i64().expect("reach");
         let mut wrong = Vec::new();

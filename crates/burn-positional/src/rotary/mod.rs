@@ -539,7 +539,7 @@ mod tests {
         let (d, base, s) = (16, 10_000.0, 3.0);
         let exact = RopeArithmetic::Exact;
         let plain = RopeScaling::None.frequencies(base, d, 0, exact).0;
-        assert_eq!(plain, crate::sinusoid_frequencies(d, base));
+        assert_eq!(plain, crate::absolute::sinusoid_frequencies(d, base));
         let ntk = RopeScaling::NtkAware(s).frequencies(base, d, 0, exact).0;
         assert!((ntk[0] - plain[0]).abs() < 1e-12, "highest frequency kept");
         let last = d / 2 - 1;

@@ -4,8 +4,14 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{DType, Device, Tensor};
 
-use super::tiled::CompactBias;
-use crate::{Alibi, AlibiConfig, PositionError, T5Bias, T5BiasConfig};
+mod alibi;
+mod t5;
+
+pub use alibi::{Alibi, AlibiConfig, alibi_slopes};
+pub use t5::{T5Bias, T5BiasConfig, t5_bucket};
+
+use crate::attention::CompactBias;
+use crate::PositionError;
 
 /// A score bias a block owns.
 #[derive(Config, Debug, PartialEq)]

@@ -38,7 +38,7 @@
 use serde_json::{Map, Value};
 
 use crate::PositionError;
-use crate::rope::{
+use crate::rotary::{
     DynamicScaling, Llama3Scaling, LongRopeScaling, ProportionalScaling, RopeArithmetic,
     RopeConfig, RopeLayout, RopeScaling, YarnScaling,
 };
@@ -152,7 +152,7 @@ impl RopeConfig {
     /// does: the variant and its parameters, the base, the head width, partial rotation. The
     /// result uses the half-split layout of Hugging Face checkpoints and
     /// [`RopeArithmetic::Transformers`], so it rotates exactly as the checkpoint was trained.
-    /// See the [module docs](crate::hf_config) for every key read and its default.
+    /// See the [module docs](crate::rotary::hf_config) for every key read and its default.
     ///
     /// ```
     /// use burn_positional::{RopeConfig, RopeScaling};

@@ -1,4 +1,7 @@
-//! Drawing every parameter inside `init`.
+//! What a training loop needs beside the layer: every parameter drawn inside `init`
+//! ([`materialize`]), and saved records read up front ([`read_record`]).
+//!
+//! # Drawing every parameter inside `init`
 //!
 //! burn's initializers are lazy: `Initializer::init` returns a `Param` whose values are drawn
 //! from the device's random generator the first time it is read, not when it is built. So
@@ -33,9 +36,9 @@ use burn::prelude::*;
 ///
 /// let device = Device::flex();
 /// device.seed(7);
-/// let a = burn_positional::materialize(LinearConfig::new(4, 3).init(&device));
+/// let a = burn_positional::training::materialize(LinearConfig::new(4, 3).init(&device));
 /// device.seed(7);
-/// let b = burn_positional::materialize(LinearConfig::new(4, 3).init(&device));
+/// let b = burn_positional::training::materialize(LinearConfig::new(4, 3).init(&device));
 /// // Read in the "wrong" order: b first. Without `materialize`, the two would differ.
 /// let (wb, wa) = (b.weight.val(), a.weight.val());
 /// assert_eq!(wa.dims(), [4, 3]);
@@ -62,10 +65,31 @@ impl ModuleVisitor for Draw {
     }
 }
 
+/// Reads a burnpack record (`.bpk`) into memory.
+///
+/// burn's `ModuleRecord::load` keeps tensor data file-backed and reads it lazily, on wgpu as
+/// queued work: overwrite or delete the file before that work runs (as a training loop does
+/// when it resumes from a checkpoint and later writes the next one to the same path) and the
+/// load fails later, far from its cause. Reading the bytes up front removes the hazard.
+pub fn read_record(
+    path: impl AsRef<std::path::Path>,
+) -> Result<burn::store::ModuleRecord, burn::store::RecordError> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path)
+        .map_err(|err| burn::store::RecordError::Io(format!("{}: {err}", path.display())))?;
+    burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
+}
+
+pub(crate) fn record_detail(err: burn::store::RecordError) -> String {
+    match err {
+        burn::store::RecordError::Io(msg) | burn::store::RecordError::Validation(msg) => msg,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EmbeddingWithPositionConfig, PositionSchemeConfig, SelfAttentionConfig};
+    use crate::{EmbeddingWithPositionConfig, AbsolutePositionConfig, SelfAttentionConfig};
 
     /// Seed, init A, seed, init B, then read B before A: equal only if `init` drew the values.
     #[test]
@@ -73,7 +97,7 @@ mod tests {
         let device = Device::flex();
         let build = || {
             EmbeddingWithPositionConfig::new(20, 8)
-                .with_scheme(PositionSchemeConfig::Learned(crate::LearnedConfig::new(12)))
+                .with_scheme(AbsolutePositionConfig::Learned(crate::LearnedConfig::new(12)))
                 .init(&device)
         };
         device.seed(42);

@@ -6,7 +6,7 @@
 use burn::tensor::module::embedding;
 use burn::tensor::{Int, Tensor};
 
-use crate::ids::{check_ids_in, value_ranges};
+use super::ids::{check_ids_in, value_ranges};
 use crate::{Combine, EmbeddingWithPosition, PositionError, Positions};
 
 impl EmbeddingWithPosition {
@@ -73,7 +73,7 @@ impl EmbeddingWithPosition {
             Positions::Explicit(p) => {
                 let (min, max) = ranges[1];
                 if min < 0 {
-                    let (position, at) = crate::ids::first_where(&p, |position| position < 0)
+                    let (position, at) = super::ids::first_where(&p, |position| position < 0)
                         .expect("the range check saw a negative position");
                     return Err(PositionError::NegativePosition { position, at });
                 }
