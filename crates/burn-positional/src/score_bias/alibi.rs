@@ -115,23 +115,26 @@ impl AlibiConfig {
         Ok(())
     }
 
-    /// Builds the slopes.
-    ///
-    /// # Panics
-    ///
-    /// If `n_heads` is 0.
-    pub fn init(&self, device: &Device) -> Alibi {
-        if let Err(err) = self.validate() {
-            panic!("{err}");
-        }
+    /// Checks the config ([`validate`](Self::validate)) and builds the slopes.
+    pub fn try_init(&self, device: &Device) -> Result<Alibi, PositionError> {
+        self.validate()?;
         let slopes: Vec<f32> = alibi_slopes(self.n_heads)
             .into_iter()
             .map(|m| m as f32)
             .collect();
-        Alibi {
+        Ok(Alibi {
             slopes: Tensor::from_data(TensorData::new(slopes, [self.n_heads]), device),
             biases: ShapeCache::default(),
-        }
+        })
+    }
+
+    /// Builds the slopes.
+    ///
+    /// # Panics
+    ///
+    /// If `n_heads` is 0, with [`try_init`](Self::try_init)'s message.
+    pub fn init(&self, device: &Device) -> Alibi {
+        self.try_init(device).unwrap_or_else(|err| panic!("{err}"))
     }
 }
 

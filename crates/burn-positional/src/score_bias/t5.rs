@@ -167,24 +167,27 @@ impl T5BiasConfig {
         Ok(())
     }
 
-    /// Builds the table.
-    ///
-    /// # Panics
-    ///
-    /// If [`validate`](Self::validate) fails: no heads, fewer than 4 buckets, or `max_distance`
-    /// within the exact range.
-    pub fn init(&self, device: &Device) -> T5Bias {
-        if let Err(err) = self.validate() {
-            panic!("{err}");
-        }
-        materialize(T5Bias {
+    /// Checks the config ([`validate`](Self::validate)) and builds the table.
+    pub fn try_init(&self, device: &Device) -> Result<T5Bias, PositionError> {
+        self.validate()?;
+        Ok(materialize(T5Bias {
             table: self
                 .initializer
                 .init([self.num_buckets, self.n_heads], device),
             max_distance: self.max_distance,
             buckets: ShapeCache::default(),
             distance_buckets: Grown::default(),
-        })
+        }))
+    }
+
+    /// Builds the table.
+    ///
+    /// # Panics
+    ///
+    /// If [`validate`](Self::validate) fails (no heads, fewer than 4 buckets, or `max_distance`
+    /// within the exact range), with [`try_init`](Self::try_init)'s message.
+    pub fn init(&self, device: &Device) -> T5Bias {
+        self.try_init(device).unwrap_or_else(|err| panic!("{err}"))
     }
 }
 
