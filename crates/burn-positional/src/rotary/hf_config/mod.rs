@@ -46,6 +46,7 @@ use crate::rotary::{
 mod defaults;
 mod families;
 mod fields;
+mod rotation;
 mod sizes;
 
 use fields::Fields;
@@ -233,11 +234,16 @@ fn read_layer(
         Some(Value::Object(text)) if !root_map.contains_key("num_attention_heads") => text,
         _ => root_map,
     };
+    let model_type = root_map
+        .get("model_type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    // The config class's `attribute_map`: a key the file spells its own way (DBRX's `d_model`).
+    let mapped = families::apply_attribute_map(root_map, model_type);
     let root = Fields {
-        map: root_map,
+        map: mapped.as_ref().unwrap_or(root_map),
         path: "",
     };
-    let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or("");
 
     // Gemma 3 and 4 build theirs per attention kind.
     let converted = families::gemma_params(&root, model_type)?;
@@ -373,12 +379,9 @@ fn read_layer(
         Some(d) if d > 0 => d,
         _ => {
             let needed = "the head width is head_dim, or hidden_size / num_attention_heads";
-            let hidden = root.required("hidden_size", root.usize("hidden_size")?, needed)?;
-            let heads = root.required(
-                "num_attention_heads",
-                root.usize("num_attention_heads")?,
-                needed,
-            )?;
+            let [hidden, heads] = families::sizes(&root, model_type)?;
+            let hidden = root.required("hidden_size", hidden, needed)?;
+            let heads = root.required("num_attention_heads", heads, needed)?;
             if heads == 0 {
                 return Err(HfConfigError::Inconsistent {
                     field: "num_attention_heads".into(),
@@ -518,26 +521,50 @@ fn read_layer(
         RopeScaling::None if defaults::DEFAULT_IGNORES_PARTIAL.contains(&model_type) => d_head,
         _ => rotary_dims,
     };
-    // Hugging Face's `rotate_half` pairs halves; DeepSeek-style checkpoints store interleaved
-    // pairs (`rope_interleave`, true by default for DeepSeek V3 and kin; V2 multiplies complex
-    // numbers made of adjacent pairs).
-    let interleaved = match root.bool("rope_interleave")? {
-        Some(interleaved) => interleaved,
-        None => {
-            defaults::INTERLEAVED_BY_DEFAULT.contains(&model_type) || model_type == "deepseek_v2"
-        }
+    // Llama's `rotate_half` pairs halves. Cohere's, GLM's and a few others' pair adjacent
+    // dimensions in place (their modeling code, whatever the file says); DeepSeek-style
+    // checkpoints store interleaved pairs (`rope_interleave`, true by default for DeepSeek V3 and
+    // kin; V2 multiplies complex numbers made of adjacent pairs).
+    let layout = families::layout(model_type)?;
+    let interleaved = match layout {
+        families::Pairs::Adjacent { .. } => true,
+        families::Pairs::Halves => match root.bool("rope_interleave")? {
+            Some(interleaved) => interleaved,
+            None => {
+                defaults::INTERLEAVED_BY_DEFAULT.contains(&model_type)
+                    || model_type == "deepseek_v2"
+            }
+        },
     };
-    // DeepSeek's `apply_rotary_pos_emb_interleave` rotates the whole (rope part of the) head.
     if interleaved && rotary_dims < d_head {
-        return Err(HfConfigError::Inconsistent {
-            field: rope.name("partial_rotary_factor"),
-            value: partial.to_string(),
-            rule: format!(
-                "interleaved pairs (rope_interleave) rotate all {d_head} dimensions; \
-                 transformers' apply_rotary_pos_emb_interleave fails on {rotary_dims}"
+        let (rule, fix) = match layout {
+            // GLM's `apply_rotary_pos_emb` slices the first `rotary_dim` dimensions.
+            families::Pairs::Adjacent { partial: true } => (None, ""),
+            families::Pairs::Adjacent { partial: false } => (
+                Some(format!(
+                    "{model_type}'s apply_rotary_pos_emb multiplies all {d_head} dimensions by \
+                     cos and sin, which transformers builds {} wide here: it fails",
+                    2 * RopeScaling::pairs(rotary_dims)
+                )),
+                "leave partial_rotary_factor out (or at 1.0)",
             ),
-            fix: "leave partial_rotary_factor out, or set rope_interleave to false".into(),
-        });
+            // DeepSeek's `apply_rotary_pos_emb_interleave` rotates the whole (rope part of the) head.
+            families::Pairs::Halves => (
+                Some(format!(
+                    "interleaved pairs (rope_interleave) rotate all {d_head} dimensions; \
+                     transformers' apply_rotary_pos_emb_interleave fails on {rotary_dims}"
+                )),
+                "leave partial_rotary_factor out, or set rope_interleave to false",
+            ),
+        };
+        if let Some(rule) = rule {
+            return Err(HfConfigError::Inconsistent {
+                field: rope.name("partial_rotary_factor"),
+                value: partial.to_string(),
+                rule,
+                fix: fix.into(),
+            });
+        }
     }
     let layout = if interleaved {
         RopeLayout::Interleaved
