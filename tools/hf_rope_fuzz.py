@@ -5,7 +5,7 @@
 Run by hand, never by CI (CI runs only the Rust side against the committed JSON):
 
     pip install torch transformers==5.24.0
-    python3 tools/hf_rope_fuzz.py                 # writes the committed fixture
+    python3 tools/hf_rope_fuzz.py                 # writes the committed fixture (150 cases)
     cargo test -p burn-positional --test behaviour hf_rope_fuzz
 
     # a wider, uncommitted check:
@@ -33,8 +33,10 @@ For each configuration it builds the model type's own config class (`AutoConfig.
 rotary module, as `tools/hf_rope_fixtures.py` does, and writes transformers' `inv_freq`,
 `attention_scaling`, and, for a few windows of positions (a fresh module each, so the
 length-dependent types see only that call), the window's `inv_freq` and a fixed `q` rotated by
-the model's `apply_rotary_pos_emb` with the module's cos and sin. `q[k] = ((k * 7919) % 23 - 11)
-/ 8` over the flattened `[seq, head_dim]` window (exact in f32), so it is not stored.
+the model's `apply_rotary_pos_emb` with the module's cos and sin (GPT-NeoX's, which also rotates
+part of a head, for the families that pair halves as Llama does; the family's own for those that
+pair adjacent dimensions in place, recorded as `interleaved_rotation`). `q[k] = ((k * 7919) % 23
+- 11) / 8` over the flattened `[seq, head_dim]` window (exact in f32), so it is not stored.
 
 Configurations transformers refuses (it raises) are kept too, with its error: the Rust side
 must refuse them as well.

@@ -14,6 +14,7 @@
 //! | `layer_types` | top level | `rope_parameters` nested per layer type (Gemma 3/4): pick one with [`RopeConfig::from_hf_config_layer`] |
 //! | `qk_rope_head_dim` | top level | the head width of the 13 DeepSeek-style config classes (default 64 or 32; DeepSeek V3's class lets a `head_dim` in the file win) |
 //! | `rope_interleave` | top level | interleaved pairs ([`RopeLayout::Interleaved`]); default true for DeepSeek V3 and kin, always for DeepSeek V2 |
+//! | `model_type` | top level | the config class (defaults, `attribute_map`) and the family's own rotation: Cohere 1/2, GLM 1/4, Helium, ERNIE 4.5, Llama 4 and the others in `rotation.rs` rotate adjacent pairs ([`RopeLayout::Interleaved`]) whatever the file says |
 //! | `text_config` | top level | a multimodal config's language model, read instead of the top level |
 //!
 //! Gemma 3's `rope_scaling`, `rope_theta` and `rope_local_base_freq` become one rope per
@@ -21,8 +22,14 @@
 //! `global_head_dim` (default 512), as their transformers config classes do; so does Phi-3's
 //! reading of `su` and `yarn` as `longrope` (its class refuses the other types). Every layer
 //! type's entry is read, as transformers builds them all: one it refuses refuses the config.
-//! The class defaults of `head_dim` and `max_position_embeddings` come from a table written by
-//! `tools/hf_rope_fixtures.py --defaults` (`sizes.rs`).
+//! The class defaults of `head_dim`, `max_position_embeddings`, `hidden_size` and
+//! `num_attention_heads`, and each class's `attribute_map` for the keys read here (DBRX's
+//! `d_model`, `n_heads`, `max_seq_len`; the key itself wins when a file has both), come from
+//! tables written by `tools/hf_rope_fixtures.py --defaults` (`sizes.rs`), as does the list of
+//! families whose modeling code rotates adjacent pairs (`rotation.rs`). A name another class
+//! maps but this one ignores (Falcon's `n_head`: transformers 5's `FalconConfig` has no
+//! `attribute_map`) is ignored as transformers ignores it, and refused when it differs from the
+//! value transformers uses instead.
 //!
 //! A key left out takes the default of the model type's transformers config class (`model_type`
 //! names it): `rope_theta` 500 000 for `bitnet`, `partial_rotary_factor` 0.5 for `phi`, a
@@ -151,8 +158,10 @@ pub enum HfConfigError {
 impl RopeConfig {
     /// Reads the rotary settings of a Hugging Face `config.json` (its text) as transformers
     /// does: the variant and its parameters, the base, the head width, partial rotation. The
-    /// result uses the half-split layout of Hugging Face checkpoints and
-    /// [`RopeArithmetic::Transformers`], so it rotates exactly as the checkpoint was trained.
+    /// result uses the layout of the family's modeling code (half-split as Llama's `rotate_half`;
+    /// interleaved for Cohere, GLM and the others that pair adjacent dimensions, and for
+    /// `rope_interleave`) and [`RopeArithmetic::Transformers`], so it rotates exactly as the
+    /// checkpoint was trained.
     /// See the [module docs](crate::rotary::hf_config) for every key read and its default.
     ///
     /// ```
