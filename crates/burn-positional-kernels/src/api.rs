@@ -380,6 +380,27 @@ pub fn fused_covers(device: &Device) -> bool {
     }
 }
 
+/// The largest buffer, in bytes, that `device` allocates in one piece, where its backend states
+/// one: the CubeCL backends (wgpu: the adapter's storage-buffer binding limit, 256 MiB by
+/// default on many adapters; CUDA). `None` on the CPU backends, which are bounded by host
+/// memory alone, and on backends this crate was built without.
+///
+/// ```
+/// use burn::prelude::*;
+///
+/// assert_eq!(burn_positional_kernels::max_buffer_bytes(&Device::flex()), None);
+/// ```
+pub fn max_buffer_bytes(device: &Device) -> Option<u64> {
+    #[allow(unreachable_patterns)]
+    match device.as_dispatch().clone().inner() {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        burn::backend::DispatchDevice::Cube(device) => {
+            Some(device.client().properties().memory.max_page_size)
+        }
+        _ => None,
+    }
+}
+
 /// What both entry points share: the host checks, the positions argument, and the status that
 /// keeps what a later check needs to name a bad token.
 fn embed_with(

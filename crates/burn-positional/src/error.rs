@@ -1,5 +1,8 @@
-//! One error type for every input that comes from outside the program: token ids from a
-//! tokenizer, position ids from a batcher, a config file, a saved record.
+//! The layer's error type for input that comes from outside the program: token ids from a
+//! tokenizer, position ids from a batcher, a config, a saved record. Two readers of files have
+//! error types of their own, for what only they can find wrong: [`HfConfigError`](crate::HfConfigError)
+//! (a `config.json`) and `pretrained::PretrainedError` (a checkpoint). The kernels crate's
+//! `FusedEmbeddingError` is converted into this type before a user sees it.
 //!
 //! Each message names the offending value, the limit it broke and the fix. The panicking
 //! entry points (`init`, `forward`, ...) panic with the same message, so a programming error
