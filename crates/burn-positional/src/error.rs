@@ -282,12 +282,9 @@ impl From<FusedEmbeddingError> for PositionError {
             FusedEmbeddingError::OffsetTooLarge { offset, seq, limit } => {
                 Self::OffsetTooLarge { offset, seq, limit }
             }
-            FusedEmbeddingError::PositionsShape { expected, got } => Self::ShapeMismatch {
-                what: "explicit position ids must have the token ids' shape [batch, seq]",
-                expected: expected.to_vec(),
-                got: got.to_vec(),
-                fix: "give one position per token",
-            },
+            FusedEmbeddingError::PositionsShape { expected, got } => {
+                Self::positions_shape(expected, got)
+            }
         }
     }
 }
@@ -299,6 +296,18 @@ fn place(at: &Option<[usize; 2]>) -> String {
 }
 
 impl PositionError {
+    /// Explicit positions that are neither `[batch, seq]` nor `[1, seq]`: decided here, for the
+    /// fused path and the reference twin alike.
+    pub(crate) fn positions_shape(expected: [usize; 2], got: [usize; 2]) -> Self {
+        Self::ShapeMismatch {
+            what: "explicit position ids must have the token ids' shape [batch, seq], or [1, seq] \
+                   (shared by the batch)",
+            expected: expected.to_vec(),
+            got: got.to_vec(),
+            fix: "give one position per token, or one row of positions for the whole batch",
+        }
+    }
+
     pub(crate) fn odd(what: &'static str, value: usize) -> Self {
         Self::OddDimension {
             what,

@@ -40,7 +40,9 @@ pub struct EmbeddingWithPositionConfig {
     /// section 3.4). Off by default.
     #[config(default = false)]
     pub scale_tokens: bool,
-    /// A token id whose vector is zero and receives no gradient (PyTorch's `padding_idx`).
+    /// A token id whose row of the token table receives no gradient, as PyTorch's
+    /// `nn.Embedding(padding_idx=..)`: the row is zero at init, and the forward returns the
+    /// row as stored (so a checkpoint's non-zero padding row comes out as it does in PyTorch).
     /// Its position vector is still added. None by default.
     #[config(default = "None")]
     pub padding_idx: Option<usize>,
@@ -209,7 +211,8 @@ impl EmbeddingWithPositionConfig {
         // `materialize`).
         let _ = tokens.base();
         if let Some(idx) = self.padding_idx {
-            // The padding row starts at zero; the output mask keeps its gradient at zero.
+            // The padding row starts at zero, as PyTorch's; it gets no gradient, so training
+            // leaves it there.
             let zero_row = Tensor::zeros([1, d_token], device);
             let table = tokens
                 .val()
@@ -376,7 +379,7 @@ impl EmbeddingWithPosition {
     /// Embeds token ids at the given positions, or says why the input was refused: an id
     /// outside `0..vocab_size`, a negative position, a position past a learned table or past
     /// the sinusoidal table's [`max_len`](crate::SinusoidalConfig::max_len), explicit positions
-    /// whose shape differs from the ids'. Never panics on input, and refuses a far position
+    /// whose shape is neither the ids' nor `[1, seq]`. Never panics on input, and refuses a far position
     /// before allocating anything for it.
     ///
     /// One fused pass computes the output and a per-token status, and one read-back of that status (`batch * seq` small
@@ -386,7 +389,7 @@ impl EmbeddingWithPosition {
     /// # Shapes
     ///
     /// - ids: `[batch, seq]`
-    /// - `Positions::Explicit`: `[batch, seq]`
+    /// - `Positions::Explicit`: `[batch, seq]` (or `[1, seq]`, shared by the batch)
     /// - output: `[batch, seq, d_model]`
     ///
     /// ```
@@ -440,10 +443,7 @@ impl EmbeddingWithPosition {
     ) -> Result<(Tensor<3>, Option<InputStatus>), PositionError> {
         let [batch, seq] = ids.dims();
         if batch * seq == 0 {
-            return Ok((
-                Tensor::zeros([batch, seq, self.d_model()], &ids.device()),
-                None,
-            ));
+            return Ok((self.empty_output(batch, seq), None));
         }
         if let Positions::Offset(offset) = &positions {
             self.position.check_window(*offset, seq)?;
@@ -472,6 +472,15 @@ impl EmbeddingWithPosition {
         let (output, status) = fused_embedding(tokens, ids, positions, table, &options)
             .map_err(|err| self.name_error(err))?;
         Ok((output, Some(status)))
+    }
+
+    /// The output of an empty batch: no values, in the tables' dtype, on their device.
+    pub(super) fn empty_output(&self, batch: usize, seq: usize) -> Tensor<3> {
+        let tokens = self.tokens.val();
+        Tensor::zeros(
+            [batch, seq, self.d_model()],
+            (&tokens.device(), tokens.dtype()),
+        )
     }
 
     /// The kernels' error in this layer's words (a table's limit depends on its scheme).
