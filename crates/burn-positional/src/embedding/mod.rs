@@ -16,12 +16,10 @@ use status::StatusLog;
 
 mod ids;
 mod reference;
-mod status;
+pub(crate) mod status;
 
 pub use burn_positional_kernels::Positions;
 pub use ids::check_token_ids;
-#[cfg(feature = "testing")]
-pub(crate) use status::KEPT_STATUSES;
 
 /// Configuration of [`EmbeddingWithPosition`].
 #[derive(Config, Debug, PartialEq)]

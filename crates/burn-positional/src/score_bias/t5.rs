@@ -15,6 +15,7 @@ use burn::module::{Content, DisplaySettings, Module, ModuleDisplay, Param};
 use burn::nn::Initializer;
 use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
 
+use super::distance::{distance_index, relative};
 use crate::PositionError;
 use crate::cache::{DeviceKey, Grown, ShapeCache};
 
@@ -291,14 +292,9 @@ fn distance_lookup(bucketing: &Bucketing, device: &Device) -> Tensor<1, Int> {
 
 /// Bucket ids for queries and keys at `0..n`.
 fn build_buckets(bucketing: &Bucketing, n: usize, device: &Device) -> Tensor<2, Int> {
-    let reach = bucketing.max_distance as i64;
     let lookup = distance_lookup(bucketing, device);
-    let index = Tensor::<1, Int>::arange(0..n as i64, device);
-    // key - query, clamped to the lookup's range and shifted to index it.
-    let relative = (index.clone().reshape([1, n]) - index.reshape([n, 1]))
-        .clamp(-reach, reach)
-        .add_scalar(reach);
-    lookup.select(0, relative.reshape([n * n])).reshape([n, n])
+    let index = distance_index(relative(0, n, n, device), bucketing.max_distance);
+    lookup.select(0, index).reshape([n, n])
 }
 
 #[cfg(test)]
