@@ -12,7 +12,8 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::{Device, Int, Tensor};
+use burn::tensor::{DType, Device, Int, Tensor};
+use burn_positional_kernels::FusedEmbeddingError;
 
 mod learned;
 mod sinusoidal;
@@ -20,7 +21,7 @@ mod sinusoidal;
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
 pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_frequencies, sinusoid_rows};
 
-use crate::PositionError;
+use crate::{PositionError, Positions};
 
 /// Which absolute position scheme an embedding uses.
 #[derive(Config, Debug, PartialEq)]
@@ -103,7 +104,70 @@ pub enum AbsolutePosition {
     Learned(LearnedPosition),
 }
 
+/// What the embedding asks of its scheme: the one place a new absolute scheme answers it.
 impl AbsolutePosition {
+    /// The table the fused pass reads, in `dtype` (a learned table in its own), or `None` for
+    /// `None`. Explicit positions see `explicit_rows` rows where the scheme grows (`None`: as
+    /// many as a forward that does not read them sees; see
+    /// [`SinusoidalPosition::unread_rows`]). No read.
+    pub(crate) fn fused_table(
+        &self,
+        positions: &Positions,
+        seq: usize,
+        dtype: DType,
+        explicit_rows: Option<usize>,
+    ) -> Option<Tensor<2>> {
+        match self {
+            Self::None(_) => None,
+            Self::Learned(table) => Some(table.table.val()),
+            Self::Sinusoidal(table) => {
+                Some(table.fused_table(positions, seq, dtype, explicit_rows))
+            }
+        }
+    }
+
+    /// For explicit positions up to `max_position` that passed the fused pass's table: the rows
+    /// to run again with, where the scheme can grow to them (`Ok(None)` where it cannot, a
+    /// learned table), or the error past its limit.
+    pub(crate) fn grow_to(&self, max_position: i64) -> Result<Option<usize>, PositionError> {
+        match self {
+            Self::Sinusoidal(table) => {
+                table.check(max_position)?;
+                Ok(Some(max_position as usize + 1))
+            }
+            Self::None(_) | Self::Learned(_) => Ok(None),
+        }
+    }
+
+    /// The kernels' error in the scheme's words (a table's limit and its fix depend on it).
+    pub(crate) fn name_error(&self, err: FusedEmbeddingError) -> PositionError {
+        match (err, self) {
+            (
+                FusedEmbeddingError::PositionPastTable {
+                    position,
+                    at,
+                    max_len,
+                },
+                Self::Sinusoidal(table),
+            ) => PositionError::PositionPastSinusoidTable {
+                position,
+                at,
+                table_len: max_len,
+                needed: position as usize + 1,
+                max_len: table.max_len(),
+            },
+            (err, _) => err.into(),
+        }
+    }
+
+    /// The dtype of a trained table, which must be the token table's (`None`: no trained table).
+    pub(crate) fn trained_dtype(&self) -> Option<DType> {
+        match self {
+            Self::Learned(table) => Some(table.table.val().dtype()),
+            Self::None(_) | Self::Sinusoidal(_) => None,
+        }
+    }
+
     /// Refuses positions the scheme has no vector for. `max_position` is the largest one asked.
     pub fn check(&self, max_position: i64) -> Result<(), PositionError> {
         match self {

@@ -20,9 +20,9 @@ use burn::module::Module;
 use burn::tensor::module::embedding;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
-use crate::PositionError;
 use crate::cache::{DeviceKey, Grown};
 use crate::limits::{GROWN_TABLE_VALUES, table_fits};
+use crate::{PositionError, Positions};
 
 /// Configuration of the sinusoidal scheme. Its width comes from the embedding it belongs to.
 #[derive(Config, Debug, PartialEq)]
@@ -223,6 +223,42 @@ impl SinusoidalPosition {
             *grown = Some(table.clone());
             table
         })
+    }
+
+    /// Rows that explicit positions see in a forward that does not read them back: the
+    /// precomputed `cache_len`, or `seq` if longer (which holds every left-padded batch), up to
+    /// [`max_len`](Self::max_len). Never what earlier calls grew the device table to, so that the
+    /// same positions get the same answer whatever came before (and on whichever device).
+    pub(crate) fn unread_rows(&self, seq: usize) -> usize {
+        self.cache.dims()[0].max(seq).min(self.max_len)
+    }
+
+    /// The device table a fused pass reads, in `dtype`: rows up to an offset window's end
+    /// (grown if needed; checked beforehand), or for explicit positions exactly `explicit_rows`
+    /// rows (`None`: [`unread_rows`](Self::unread_rows)), a slice of the grown table if it is
+    /// longer. No read.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[rows, d_position]`
+    pub(crate) fn fused_table(
+        &self,
+        positions: &Positions,
+        seq: usize,
+        dtype: DType,
+        explicit_rows: Option<usize>,
+    ) -> Tensor<2> {
+        let len = match positions {
+            Positions::Offset(offset) => offset + seq,
+            Positions::Explicit(_) => explicit_rows.unwrap_or_else(|| self.unread_rows(seq)),
+        };
+        let table = self.table(len, dtype);
+        match positions {
+            Positions::Explicit(_) if table.dims()[0] > len => {
+                table.slice([0..len, 0..self.d_position])
+            }
+            _ => table,
+        }
     }
 
     /// The most rows the table grows to: positions must lie in `0..max_len`.

@@ -302,7 +302,7 @@ impl EmbeddingWithPosition {
     /// ```
     pub fn forward_at(&self, ids: Tensor<2, Int>, positions: Positions) -> Tensor<3> {
         let (output, status) = self
-            .forward_fused(ids, positions)
+            .forward_fused(ids, positions, None)
             .unwrap_or_else(|err| panic!("{err}"));
         if let Some(status) = status {
             self.status.push(status);
@@ -341,7 +341,7 @@ impl EmbeddingWithPosition {
     /// assert!(embed.check_inputs().is_ok());
     /// ```
     pub fn check_inputs(&self) -> Result<(), PositionError> {
-        self.status.check(|err| self.name_error(err))
+        self.status.check(|err| self.position.name_error(err))
     }
 
     /// How many forwards wait for [`check_inputs`](Self::check_inputs).
@@ -407,37 +407,42 @@ impl EmbeddingWithPosition {
         ids: Tensor<2, Int>,
         positions: Positions,
     ) -> Result<Tensor<3>, PositionError> {
-        let (output, status) = self.forward_fused(ids.clone(), positions.clone())?;
+        let (output, status) = self.forward_fused(ids.clone(), positions.clone(), None)?;
         let Some(status) = status else {
             return Ok(self.dropout.forward(output));
         };
-        match (status.check(), &self.position, &positions) {
-            (Ok(()), _, _) => Ok(self.dropout.forward(output)),
-            (
-                Err(FusedEmbeddingError::PositionPastTable { .. }),
-                AbsolutePosition::Sinusoidal(table),
-                Positions::Explicit(p),
-            ) => {
-                // Grow the device table to the largest position (if under its limit), then run
-                // again.
-                let max = p.clone().max().into_scalar::<i64>();
-                table.check(max)?;
-                table.table(max as usize + 1, self.tokens.val().dtype());
-                let (output, status) = self.forward_fused(ids, positions)?;
+        let err = match status.check() {
+            Ok(()) => return Ok(self.dropout.forward(output)),
+            Err(err) => err,
+        };
+        // Explicit positions past the table of a scheme that grows (sinusoidal): grow it to
+        // the largest position (under its limit, checked before anything is allocated), then
+        // run again.
+        if let (FusedEmbeddingError::PositionPastTable { .. }, Positions::Explicit(p)) =
+            (&err, &positions)
+        {
+            let max = p.clone().max().into_scalar::<i64>();
+            if let Some(rows) = self.position.grow_to(max)? {
+                let (output, status) = self.forward_fused(ids, positions, Some(rows))?;
                 if let Some(status) = status {
-                    status.check().map_err(|err| self.name_error(err))?;
+                    status
+                        .check()
+                        .map_err(|err| self.position.name_error(err))?;
                 }
-                Ok(self.dropout.forward(output))
+                return Ok(self.dropout.forward(output));
             }
-            (Err(err), _, _) => Err(self.name_error(err)),
         }
+        Err(self.position.name_error(err))
     }
 
-    /// The fused pass and its status (`None` for an empty batch), with no read.
+    /// The fused pass and its status (`None` for an empty batch), with no read. Explicit
+    /// positions see `explicit_rows` rows of a table that grows (`None`: what a forward that
+    /// does not read them sees, the same whatever came before).
     fn forward_fused(
         &self,
         ids: Tensor<2, Int>,
         positions: Positions,
+        explicit_rows: Option<usize>,
     ) -> Result<(Tensor<3>, Option<InputStatus>), PositionError> {
         let [batch, seq] = ids.dims();
         if batch * seq == 0 {
@@ -448,27 +453,16 @@ impl EmbeddingWithPosition {
         }
         self.check_dtypes("this module")?;
         let tokens = self.tokens.val();
-        let table = match &self.position {
-            AbsolutePosition::None(_) => None,
-            AbsolutePosition::Learned(table) => Some(table.table.val()),
-            AbsolutePosition::Sinusoidal(table) => {
-                // Grow to an offset's last position (checked above to be under the limit).
-                // Explicit positions are not read back; the table covers at least `seq` rows
-                // (up to its limit), which holds every left-padded batch.
-                let len = match &positions {
-                    Positions::Offset(offset) => offset + seq,
-                    Positions::Explicit(_) => seq.min(table.max_len()),
-                };
-                Some(table.table(len, tokens.dtype()))
-            }
-        };
+        let table = self
+            .position
+            .fused_table(&positions, seq, tokens.dtype(), explicit_rows);
         let options = FusedEmbeddingOptions {
             scale: self.token_scale as f32,
             padding_idx: self.padding_idx,
             combine: self.combine,
         };
         let (output, status) = fused_embedding(tokens, ids, positions, table, &options)
-            .map_err(|err| self.name_error(err))?;
+            .map_err(|err| self.position.name_error(err))?;
         Ok((output, Some(status)))
     }
 
@@ -479,26 +473,6 @@ impl EmbeddingWithPosition {
             [batch, seq, self.d_model()],
             (&tokens.device(), tokens.dtype()),
         )
-    }
-
-    /// The kernels' error in this layer's words (a table's limit depends on its scheme).
-    fn name_error(&self, err: FusedEmbeddingError) -> PositionError {
-        match (err, &self.position) {
-            (
-                FusedEmbeddingError::PositionPastTable {
-                    position,
-                    at,
-                    max_len,
-                },
-                AbsolutePosition::Sinusoidal(_),
-            ) => PositionError::PositionPastSinusoidTable {
-                position,
-                at,
-                table_len: max_len,
-                needed: position as usize + 1,
-            },
-            (err, _) => err.into(),
-        }
     }
 
     /// Rows in the token table.
@@ -540,13 +514,14 @@ impl EmbeddingWithPosition {
     /// that way, or a module half cast), which no forward can combine. No read: dtypes are
     /// known on the host.
     pub(crate) fn check_dtypes(&self, origin: &str) -> Result<(), PositionError> {
-        let AbsolutePosition::Learned(learned) = &self.position else {
+        let tokens = self.tokens.val().dtype();
+        let Some(table) = self
+            .position
+            .trained_dtype()
+            .filter(|&table| table != tokens)
+        else {
             return Ok(());
         };
-        let (tokens, table) = (self.tokens.val().dtype(), learned.table.val().dtype());
-        if tokens == table {
-            return Ok(());
-        }
         Err(PositionError::TableDTypeMismatch {
             origin: origin.to_string(),
             tokens: format!("{tokens:?}"),

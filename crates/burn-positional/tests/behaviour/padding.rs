@@ -7,7 +7,6 @@ use std::path::Path;
 
 use burn::module::Param;
 use burn::prelude::*;
-use burn::tensor::Tolerance;
 use burn_positional::testing::fused_calls;
 use burn_positional::{
     AbsolutePosition, AbsolutePositionConfig, EmbeddingWithPosition, EmbeddingWithPositionConfig,
