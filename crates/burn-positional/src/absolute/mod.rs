@@ -88,9 +88,9 @@ pub struct NoPosition {}
 /// let device = Device::flex();
 /// for scheme in [SinusoidalConfig::new().into(), LearnedConfig::new(64).into()] {
 ///     let position = AbsolutePositionConfig::init(&scheme, 16, &device);
-///     assert_eq!(position.rows(8, 4).unwrap().dims(), [4, 16]);
+///     assert_eq!(position.vectors(8..12).unwrap().unwrap().dims(), [4, 16]);
 /// }
-/// assert!(AbsolutePositionConfig::None.init(16, &device).rows(0, 4).is_none());
+/// assert!(AbsolutePositionConfig::None.init(16, &device).vectors(0..4).unwrap().is_none());
 /// ```
 // One per model, matched on every forward: boxing the large variant buys nothing.
 #[allow(clippy::large_enum_variant)]
@@ -168,8 +168,38 @@ impl AbsolutePosition {
         }
     }
 
+    /// The position vectors at `positions` (`None` for the `None` scheme), or the error for a
+    /// range the scheme has no vectors for (past a learned table's `max_len`, past the
+    /// sinusoidal limit), before anything is allocated.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[positions.len(), d_position]`
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::{LearnedConfig, PositionError, AbsolutePositionConfig};
+    ///
+    /// let device = Device::flex();
+    /// let learned = AbsolutePositionConfig::from(LearnedConfig::new(32)).init(8, &device);
+    /// assert_eq!(learned.vectors(24..32).unwrap().unwrap().dims(), [8, 8]);
+    /// let err = learned.vectors(30..38).unwrap_err();
+    /// assert_eq!(
+    ///     err,
+    ///     PositionError::PositionPastTable { position: 32, at: None, max_len: 32, needed: 38 }
+    /// );
+    /// ```
+    pub fn vectors(
+        &self,
+        positions: std::ops::Range<usize>,
+    ) -> Result<Option<Tensor<2>>, PositionError> {
+        let seq = positions.len();
+        self.check_window(positions.start, seq)?;
+        Ok(self.rows(positions.start, seq))
+    }
+
     /// Refuses positions the scheme has no vector for. `max_position` is the largest one asked.
-    pub fn check(&self, max_position: i64) -> Result<(), PositionError> {
+    pub(crate) fn check(&self, max_position: i64) -> Result<(), PositionError> {
         match self {
             Self::Learned(table) => table.check(max_position),
             Self::Sinusoidal(table) => table.check(max_position),
@@ -180,20 +210,7 @@ impl AbsolutePosition {
     /// Refuses the window `offset..offset + seq` if the scheme has no vector for part of it,
     /// with no read and no allocation: the error names the first position without a vector and
     /// the limit that would hold the whole window (`offset + seq`).
-    ///
-    /// ```
-    /// use burn::prelude::*;
-    /// use burn_positional::{LearnedConfig, PositionError, AbsolutePositionConfig};
-    ///
-    /// let device = Device::flex();
-    /// let learned = AbsolutePositionConfig::from(LearnedConfig::new(32)).init(8, &device);
-    /// let err = learned.check_window(30, 8).unwrap_err();
-    /// assert_eq!(
-    ///     err,
-    ///     PositionError::PositionPastTable { position: 32, at: None, max_len: 32, needed: 38 }
-    /// );
-    /// ```
-    pub fn check_window(&self, offset: usize, seq: usize) -> Result<(), PositionError> {
+    pub(crate) fn check_window(&self, offset: usize, seq: usize) -> Result<(), PositionError> {
         let limit = match self {
             Self::None(_) => return Ok(()),
             Self::Learned(table) => table.max_len(),
@@ -224,7 +241,7 @@ impl AbsolutePosition {
     /// # Shapes
     ///
     /// - output: `[seq, d_position]`
-    pub fn rows(&self, offset: usize, seq: usize) -> Option<Tensor<2>> {
+    pub(crate) fn rows(&self, offset: usize, seq: usize) -> Option<Tensor<2>> {
         match self {
             Self::None(_) => None,
             Self::Sinusoidal(table) => Some(table.rows(offset, seq)),
@@ -238,7 +255,11 @@ impl AbsolutePosition {
     ///
     /// - positions: `[batch, seq]`
     /// - output: `[batch, seq, d_position]`
-    pub fn gather(&self, positions: Tensor<2, Int>, max_position: usize) -> Option<Tensor<3>> {
+    pub(crate) fn gather(
+        &self,
+        positions: Tensor<2, Int>,
+        max_position: usize,
+    ) -> Option<Tensor<3>> {
         match self {
             Self::None(_) => None,
             Self::Sinusoidal(table) => Some(table.gather(positions, max_position)),

@@ -67,14 +67,19 @@ pub struct SinusoidalConfig {
 /// let positions = Tensor::<2, Int>::from_data([[0, 7], [3, 200_000]], &device);
 /// assert_eq!(table.gather(positions, 200_000).dims(), [2, 2, 16]);
 /// ```
+///
+/// Its fields are private: the grown table is keyed by device and dtype only, so changing the
+/// base or the cache in place would mix old rows with new ones. Build another table from a
+/// config instead; read them through [`base`](Self::base), [`d_position`](Self::d_position),
+/// [`cache`](Self::cache).
 #[derive(Module, Debug)]
 pub struct SinusoidalPosition {
     /// `[cache_len, d_position]`: the first rows of the table.
-    pub cache: Tensor<2>,
+    cache: Tensor<2>,
     /// The width of one position vector.
-    pub d_position: usize,
+    d_position: usize,
     /// The wavelength base.
-    pub base: f64,
+    base: f64,
     /// The most rows the table grows to (see [`SinusoidalConfig::max_len`]).
     max_len: usize,
     /// The table grown past `cache` (or cast to another dtype), shared by clones of the module.
@@ -190,7 +195,7 @@ impl SinusoidalPosition {
     /// # Panics
     ///
     /// If `len` passes [`max_len`](Self::max_len) (call [`check`](Self::check) first).
-    pub fn table(&self, len: usize, dtype: DType) -> Tensor<2> {
+    pub(crate) fn table(&self, len: usize, dtype: DType) -> Tensor<2> {
         if let Err(err) = self.check(len.saturating_sub(1) as i64) {
             panic!("{err}");
         }
@@ -259,6 +264,22 @@ impl SinusoidalPosition {
             }
             _ => table,
         }
+    }
+
+    /// The wavelength base.
+    pub fn base(&self) -> f64 {
+        self.base
+    }
+
+    /// The width of one position vector.
+    pub fn d_position(&self) -> usize {
+        self.d_position
+    }
+
+    /// The precomputed first rows, `[cache_len, d_position]`: a constant (not trained, not
+    /// saved).
+    pub fn cache(&self) -> &Tensor<2> {
+        &self.cache
     }
 
     /// The most rows the table grows to: positions must lie in `0..max_len`.

@@ -116,7 +116,8 @@ pub fn concat_places_tokens_then_positions(device: &Device) {
     assert_close(out.clone().slice([0..2, 0..5, 0..d_token]), tokens);
     let table = embed
         .position
-        .rows(0, 5)
+        .vectors(0..5)
+        .unwrap()
         .unwrap()
         .unsqueeze::<3>()
         .expand([2, 5, d_position]);
