@@ -11,7 +11,7 @@
 //! the attention block; for them the embedding's scheme is `None`.
 
 use burn::config::Config;
-use burn::module::Module;
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::tensor::{DType, Device, Int, Tensor};
 use burn_positional_kernels::FusedEmbeddingError;
 
@@ -95,6 +95,7 @@ pub struct NoPosition {}
 // One per model, matched on every forward: boxing the large variant buys nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub enum AbsolutePosition {
     /// No position vectors.
     None(NoPosition),
@@ -102,6 +103,27 @@ pub enum AbsolutePosition {
     Sinusoidal(SinusoidalPosition),
     /// See [`LearnedPosition`].
     Learned(LearnedPosition),
+}
+
+impl ModuleDisplay for AbsolutePosition {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        // The scheme's own module says the rest.
+        match self {
+            Self::None(_) => content.set_top_level_type("None").optional(),
+            Self::Sinusoidal(table) => {
+                table.custom_content(content.set_top_level_type("SinusoidalPosition"))
+            }
+            Self::Learned(table) => {
+                table.custom_content(content.set_top_level_type("LearnedPosition"))
+            }
+        }
+    }
 }
 
 /// What the embedding asks of its scheme: the one place a new absolute scheme answers it.

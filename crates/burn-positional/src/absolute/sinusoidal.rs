@@ -16,7 +16,7 @@
 //! position, the limit and the fix, before anything is allocated.
 
 use burn::config::Config;
-use burn::module::Module;
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::tensor::module::embedding;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
@@ -73,6 +73,7 @@ pub struct SinusoidalConfig {
 /// config instead; read them through [`base`](Self::base), [`d_position`](Self::d_position),
 /// [`cache`](Self::cache).
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct SinusoidalPosition {
     /// `[cache_len, d_position]`: the first rows of the table.
     cache: Tensor<2>,
@@ -86,6 +87,23 @@ pub struct SinusoidalPosition {
     /// Not saved: it is recomputed from the formula.
     #[module(skip)]
     grown: Grown<Tensor<2>>,
+}
+
+impl ModuleDisplay for SinusoidalPosition {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        content
+            .add("d_position", &self.d_position)
+            .add("base", &self.base)
+            .add("cache_len", &self.cache.dims()[0])
+            .add("max_len", &self.max_len)
+            .optional()
+    }
 }
 
 impl SinusoidalConfig {

@@ -1,7 +1,7 @@
 //! [`EmbeddingWithPosition`]: token ids in, position-aware vectors out.
 
 use burn::config::Config;
-use burn::module::{Module, Param};
+use burn::module::{Content, Module, ModuleDisplay, Param};
 use burn::nn::{Dropout, DropoutConfig, Initializer};
 use burn::tensor::{Device, Int, Tensor};
 
@@ -79,6 +79,7 @@ pub struct EmbeddingWithPositionConfig {
 /// assert_eq!(embed.forward(ids).dims(), [2, 3, 64]);
 /// ```
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct EmbeddingWithPosition {
     /// `[vocab_size, d_token]`, trained and saved.
     pub tokens: Param<Tensor<2>>,
@@ -96,6 +97,20 @@ pub struct EmbeddingWithPosition {
     /// Statuses of the forwards not yet checked (see [`check_inputs`](Self::check_inputs)).
     #[module(skip)]
     status: StatusLog,
+}
+
+impl ModuleDisplay for EmbeddingWithPosition {
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        content
+            .add("vocab_size", &self.vocab_size())
+            .add("d_model", &self.d_model())
+            .add("combine", &format!("{:?}", self.combine))
+            .add("token_scale", &self.token_scale)
+            .add("padding_idx", &format!("{:?}", self.padding_idx))
+            .add("position", &self.position)
+            .add("dropout", &self.dropout)
+            .optional()
+    }
 }
 
 impl EmbeddingWithPositionConfig {
@@ -527,5 +542,64 @@ impl EmbeddingWithPosition {
             tokens: format!("{tokens:?}"),
             table: format!("{table:?}"),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LearnedConfig;
+
+    #[test]
+    fn display_names_the_sizes_and_the_scheme() {
+        let device = Device::flex();
+        let d = 16;
+        // The default sinusoidal limit: `GROWN_TABLE_VALUES / d` rows.
+        let sinusoid_limit = crate::limits::GROWN_TABLE_VALUES / d;
+        let cases: [(AbsolutePositionConfig, String, usize); 3] = [
+            (AbsolutePositionConfig::None, "None".into(), 1000 * d),
+            (
+                SinusoidalConfig::new().with_cache_len(64).into(),
+                format!(
+                    "SinusoidalPosition {{d_position: 16, base: 10000, cache_len: 64, max_len: \
+                     {sinusoid_limit}}}"
+                ),
+                1000 * d,
+            ),
+            (
+                LearnedConfig::new(128).into(),
+                format!(
+                    "LearnedPosition {{max_len: 128, d_position: 16, params: {}}}",
+                    128 * d
+                ),
+                1000 * d + 128 * d,
+            ),
+        ];
+        for (scheme, position, params) in cases {
+            let embed = EmbeddingWithPositionConfig::new(1000, d)
+                .with_scheme(scheme)
+                .with_padding_idx(Some(0))
+                .with_scale_tokens(true)
+                .init(&device);
+            assert_eq!(embed.position.to_string(), position);
+            let want = format!(
+                "EmbeddingWithPosition {{\n  vocab_size: 1000\n  d_model: 16\n  combine: Add\n  \
+                 token_scale: 4\n  padding_idx: Some(0)\n  position: {position}\n  dropout: \
+                 Dropout {{prob: 0}}\n  params: {params}\n}}"
+            );
+            assert_eq!(embed.to_string(), want);
+        }
+        let concat = EmbeddingWithPositionConfig::new(10, 8)
+            .with_combine(Combine::Concat {
+                d_token: 6,
+                d_position: 2,
+            })
+            .init(&device);
+        assert!(
+            concat
+                .to_string()
+                .contains("combine: Concat { d_token: 6, d_position: 2 }"),
+            "{concat}"
+        );
     }
 }
