@@ -21,7 +21,8 @@ pub enum Positions {
     /// `Offset(k)` serves incremental decoding: the forward at offset `k` equals rows `k..` of
     /// the forward of the whole sequence. Computed in the kernel: no position tensor is built.
     Offset(usize),
-    /// One position per token, `[batch, seq]`, for example for left-padded batches.
+    /// One position per token, `[batch, seq]`, for example for left-padded batches; or one row
+    /// `[1, seq]` shared by every row of the batch.
     Explicit(Tensor<2, Int>),
 }
 
@@ -94,9 +95,10 @@ pub enum FusedEmbeddingError {
         /// The largest position (`i32::MAX`).
         limit: i64,
     },
-    /// Explicit positions whose shape is not the ids'.
+    /// Explicit positions whose shape is neither the ids' nor `[1, seq]`.
     #[error(
-        "explicit positions are {got:?} but the ids are {expected:?}; give one position per token"
+        "explicit positions are {got:?} but the ids are {expected:?}; give one position per \
+         token, or one row [1, seq] shared by the batch"
     )]
     PositionsShape {
         /// The ids' shape.
