@@ -98,6 +98,26 @@ pub enum PositionError {
         needed: usize,
     },
 
+    /// A table larger than the largest buffer the device allocates in one piece.
+    #[error(
+        "`{field}` = {rows} sizes a table of {rows} x {cols} values ({bytes} bytes), past the \
+         largest buffer this device allocates ({limit} bytes). Fix: {fix}"
+    )]
+    TableTooLargeForDevice {
+        /// The config field that sizes the table.
+        field: &'static str,
+        /// Its rows.
+        rows: usize,
+        /// Its columns.
+        cols: usize,
+        /// Its size in the device's float dtype.
+        bytes: u64,
+        /// The device's largest buffer, in bytes.
+        limit: u64,
+        /// What to change.
+        fix: String,
+    },
+
     /// An offset whose positions pass the kernels' 32-bit position arithmetic.
     #[error(
         "offset {offset} with {seq} tokens passes position {limit}, the largest the kernels \

@@ -4,6 +4,8 @@
 //! corrupt config, and is refused by `try_init` as [`PositionError::InvalidConfig`] naming the
 //! field, instead of being handed to the allocator (which aborts the process when it fails).
 
+use burn::tensor::{DType, Device};
+
 use crate::PositionError;
 
 /// The most values one table (token table, learned position table, precomputed cache, weight
@@ -13,8 +15,8 @@ pub const MAX_TABLE_VALUES: usize = 1 << 32;
 
 /// The most values a table that the layer grows by itself on demand (the sinusoid rows past
 /// the cache, RoPE's angles past theirs) may reach when its config sets no limit: 2^26, 256
-/// MiB in f32, the largest buffer wgpu guarantees on every adapter. For the sinusoidal table
-/// of width `d_position` that is `2^26 / d_position` rows (65 536 at width 1024).
+/// MiB in f32. For the sinusoidal table of width `d_position` that is `2^26 / d_position` rows
+/// (65 536 at width 1024), fewer where one buffer of the device holds less ([`device_rows`]).
 pub const GROWN_TABLE_VALUES: usize = 1 << 26;
 
 /// Refuses a `rows x cols` table whose size overflows or passes [`MAX_TABLE_VALUES`].
@@ -38,6 +40,46 @@ pub(crate) fn table_fits(
             },
             fix: format!("{} (the table is {rows} x {cols})", fix()),
         }),
+    }
+}
+
+/// The bytes of one value of the device's default float dtype (what `init` builds tables in).
+pub(crate) fn float_bytes(device: &Device) -> usize {
+    DType::from(device.settings().float_dtype).size()
+}
+
+/// The most rows of `cols` values of `value_bytes` each that one buffer of `device` holds, or
+/// `None` where the device states no limit (the CPU backends).
+pub(crate) fn device_rows(device: &Device, cols: usize, value_bytes: usize) -> Option<usize> {
+    let limit = burn_positional_kernels::max_buffer_bytes(device)?;
+    let row = (cols.max(1) * value_bytes) as u64;
+    Some(usize::try_from(limit / row).unwrap_or(usize::MAX))
+}
+
+/// Refuses a `rows x cols` table of the device's float dtype that `device` cannot allocate in
+/// one buffer (a wgpu adapter's storage-buffer limit, 256 MiB on many), naming the size, the
+/// limit and the fix; `fix` gets the most rows that fit.
+pub(crate) fn device_fits(
+    device: &Device,
+    field: &'static str,
+    rows: usize,
+    cols: usize,
+    fix: impl FnOnce(usize) -> String,
+) -> Result<(), PositionError> {
+    let value_bytes = float_bytes(device);
+    match (
+        device_rows(device, cols, value_bytes),
+        burn_positional_kernels::max_buffer_bytes(device),
+    ) {
+        (Some(most), Some(limit)) if rows > most => Err(PositionError::TableTooLargeForDevice {
+            field,
+            rows,
+            cols,
+            bytes: (rows as u128 * cols as u128 * value_bytes as u128) as u64,
+            limit,
+            fix: fix(most),
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -13,7 +13,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use super::{SinusoidalConfig, sinusoid_rows};
 use crate::PositionError;
-use crate::limits::table_fits;
+use crate::limits::{device_fits, table_fits};
 
 /// How a learned table starts.
 #[derive(Config, Debug, PartialEq)]
@@ -101,9 +101,30 @@ impl LearnedConfig {
     ///
     /// If `max_len` is 0, or the table starts sinusoidal and `d_position` is odd.
     pub fn init(&self, d_position: usize, device: &Device) -> LearnedPosition {
-        if let Err(err) = self.validate(d_position) {
-            panic!("{err}");
-        }
+        self.try_init(d_position, device)
+            .unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    /// Checks the config ([`validate`](Self::validate)) and that `device` can hold the table
+    /// in one buffer, then builds it.
+    pub fn try_init(
+        &self,
+        d_position: usize,
+        device: &Device,
+    ) -> Result<LearnedPosition, PositionError> {
+        self.validate(d_position)?;
+        device_fits(
+            device,
+            "LearnedConfig::max_len",
+            self.max_len,
+            d_position,
+            |most| {
+                format!(
+                    "lower max_len to at most {most} rows on this device, or use the sinusoidal \
+                 scheme, whose rows are computed rather than stored"
+                )
+            },
+        )?;
         let table = match &self.init {
             LearnedInit::Random(initializer) => {
                 initializer.init([self.max_len, d_position], device)
@@ -113,7 +134,7 @@ impl LearnedConfig {
                 Param::from_data(TensorData::new(rows, [self.max_len, d_position]), device)
             }
         };
-        materialize(LearnedPosition { table })
+        Ok(materialize(LearnedPosition { table }))
     }
 }
 

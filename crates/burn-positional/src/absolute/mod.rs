@@ -58,19 +58,32 @@ impl AbsolutePositionConfig {
         }
     }
 
+    /// Checks the scheme ([`validate`](Self::validate)) and that `device` can hold its table,
+    /// then builds it with `d_position` columns.
+    pub fn try_init(
+        &self,
+        d_position: usize,
+        device: &Device,
+    ) -> Result<AbsolutePosition, PositionError> {
+        Ok(match self {
+            Self::None => AbsolutePosition::None(NoPosition {}),
+            Self::Sinusoidal(config) => {
+                AbsolutePosition::Sinusoidal(config.try_init(d_position, device)?)
+            }
+            Self::Learned(config) => {
+                AbsolutePosition::Learned(config.try_init(d_position, device)?)
+            }
+        })
+    }
+
     /// Builds the scheme with `d_position` columns.
     ///
     /// # Panics
     ///
-    /// If [`validate`](Self::validate) fails.
+    /// If [`try_init`](Self::try_init) fails, with its message.
     pub fn init(&self, d_position: usize, device: &Device) -> AbsolutePosition {
-        match self {
-            Self::None => AbsolutePosition::None(NoPosition {}),
-            Self::Sinusoidal(config) => {
-                AbsolutePosition::Sinusoidal(config.init(d_position, device))
-            }
-            Self::Learned(config) => AbsolutePosition::Learned(config.init(d_position, device)),
-        }
+        self.try_init(d_position, device)
+            .unwrap_or_else(|err| panic!("{err}"))
     }
 }
 

@@ -21,7 +21,7 @@ use burn::tensor::module::embedding;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 use crate::cache::{DeviceKey, Grown};
-use crate::limits::{GROWN_TABLE_VALUES, table_fits};
+use crate::limits::{GROWN_TABLE_VALUES, device_fits, device_rows, float_bytes, table_fits};
 use crate::{PositionError, Positions};
 
 /// Configuration of the sinusoidal scheme. Its width comes from the embedding it belongs to.
@@ -43,9 +43,11 @@ pub struct SinusoidalConfig {
     /// The most rows the device table grows to: positions must lie in `0..max_len`, and past
     /// it a forward is refused with [`PositionError::PositionPastSinusoidLimit`] (naming the
     /// position, this limit and the fix), before anything is allocated. `None` (the default):
-    /// as many rows as fit in [`GROWN_TABLE_VALUES`](crate::GROWN_TABLE_VALUES) values (256 MiB
-    /// in f32, the largest buffer wgpu guarantees), that is `2^26 / d_position` rows (65 536 at
-    /// width 1024, 1 048 576 at width 64), and at least `cache_len`.
+    /// as many rows as fit in 2^26 values (256 MiB in f32), that is `2^26 / d_position` rows
+    /// (65 536 at width 1024, 1 048 576 at width 64), and no more than one buffer of the device
+    /// holds (wgpu on lavapipe: 128 MiB, half of that), and at least `cache_len`. A `max_len`
+    /// the device cannot hold is refused by `try_init` with
+    /// [`PositionError::TableTooLargeForDevice`].
     #[config(default = "None")]
     pub max_len: Option<usize>,
 }
@@ -145,13 +147,53 @@ impl SinusoidalConfig {
         Ok(())
     }
 
-    /// The most rows a table `d_position` wide grows to (see [`Self::max_len`]), at most
-    /// `i32::MAX` (the kernels' positions are 32-bit).
-    fn limit(&self, d_position: usize) -> usize {
-        let limit = self
-            .max_len
-            .unwrap_or_else(|| (GROWN_TABLE_VALUES / d_position.max(1)).max(self.cache_len));
+    /// The most rows a table `d_position` wide grows to on `device` (see [`Self::max_len`]),
+    /// at most `i32::MAX` (the kernels' positions are 32-bit). The default also stays within
+    /// the device's largest buffer.
+    fn limit(&self, d_position: usize, device: &Device) -> usize {
+        let limit = self.max_len.unwrap_or_else(|| {
+            let rows = GROWN_TABLE_VALUES / d_position.max(1);
+            let fits = device_rows(device, d_position, float_bytes(device)).unwrap_or(rows);
+            rows.min(fits).max(self.cache_len)
+        });
         limit.min(i32::MAX as usize)
+    }
+
+    /// Checks the config ([`validate`](Self::validate)) and that `device` can hold the table
+    /// at its largest (`max_len` rows, and the `cache_len` rows built now), then builds it.
+    pub fn try_init(
+        &self,
+        d_position: usize,
+        device: &Device,
+    ) -> Result<SinusoidalPosition, PositionError> {
+        self.validate(d_position)?;
+        device_fits(
+            device,
+            "SinusoidalConfig::cache_len",
+            self.cache_len,
+            d_position,
+            |most| format!("lower cache_len to at most {most} rows on this device"),
+        )?;
+        device_fits(
+            device,
+            "SinusoidalConfig::max_len",
+            self.limit(d_position, device),
+            d_position,
+            |most| {
+                format!(
+                    "set max_len to at most Some({most}) on this device (positions past it are \
+                     refused with a clear error), or leave it None, which fits the device"
+                )
+            },
+        )?;
+        let rows = sinusoid_rows(0..self.cache_len as u64, d_position, self.base);
+        Ok(SinusoidalPosition {
+            cache: Tensor::from_data(TensorData::new(rows, [self.cache_len, d_position]), device),
+            d_position,
+            base: self.base,
+            max_len: self.limit(d_position, device),
+            grown: Grown::default(),
+        })
     }
 
     /// Builds the table and its device cache.
@@ -161,17 +203,8 @@ impl SinusoidalConfig {
     /// If [`validate`](Self::validate) fails: `d_position` is odd, `base` is not above 1, or a
     /// size is past its ceiling.
     pub fn init(&self, d_position: usize, device: &Device) -> SinusoidalPosition {
-        if let Err(err) = self.validate(d_position) {
-            panic!("{err}");
-        }
-        let rows = sinusoid_rows(0..self.cache_len as u64, d_position, self.base);
-        SinusoidalPosition {
-            cache: Tensor::from_data(TensorData::new(rows, [self.cache_len, d_position]), device),
-            d_position,
-            base: self.base,
-            max_len: self.limit(d_position),
-            grown: Grown::default(),
-        }
+        self.try_init(d_position, device)
+            .unwrap_or_else(|err| panic!("{err}"))
     }
 }
 

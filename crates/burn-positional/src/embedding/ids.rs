@@ -55,7 +55,7 @@ pub(crate) fn first_where(
 ///
 /// ```
 /// use burn::prelude::*;
-/// use burn_positional::check_token_ids;
+/// use burn_positional::embedding::check_token_ids;
 ///
 /// let device = Device::flex();
 /// let ids = Tensor::<2, Int>::from_data([[1, 2], [3, 12]], &device);

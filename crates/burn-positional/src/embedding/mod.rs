@@ -9,7 +9,7 @@ use burn_positional_kernels::{
     Combine, FusedEmbeddingError, FusedEmbeddingOptions, InputStatus, fused_embedding,
 };
 
-use crate::limits::table_fits;
+use crate::limits::{device_fits, table_fits};
 use crate::training::{read_record, record_detail};
 use crate::{AbsolutePosition, AbsolutePositionConfig, PositionError, SinusoidalConfig};
 use status::StatusLog;
@@ -217,6 +217,12 @@ impl EmbeddingWithPositionConfig {
     pub fn try_init(&self, device: &Device) -> Result<EmbeddingWithPosition, PositionError> {
         self.validate()?;
         let (d_token, d_position) = self.widths();
+        device_fits(device, "vocab_size", self.vocab_size, d_token, |most| {
+            format!(
+                "this device holds at most {most} token rows of width {d_token} in one buffer: \
+                 use a smaller vocabulary or width, or a device with larger buffers"
+            )
+        })?;
         let mut tokens = self
             .token_initializer
             .init([self.vocab_size, d_token], device);
@@ -233,9 +239,10 @@ impl EmbeddingWithPositionConfig {
                 .detach();
             tokens = Param::from_tensor(table);
         }
+        let position = self.scheme.try_init(d_position, device)?;
         Ok(EmbeddingWithPosition {
             tokens,
-            position: self.scheme.init(d_position, device),
+            position,
             dropout: DropoutConfig::new(self.dropout).init(),
             token_scale: if self.scale_tokens {
                 (self.d_model as f64).sqrt()

@@ -138,7 +138,15 @@ mod tests {
             let panic = std::panic::catch_unwind(|| config.init(&device)).unwrap_err();
             assert_eq!(panic.downcast_ref::<String>(), Some(&err.to_string()));
         }
-        assert!(ScoreBiasConfig::Alibi(AlibiConfig::new(4)).try_init(&device).is_ok());
-        assert!(ScoreBiasConfig::T5(T5BiasConfig::new(4)).try_init(&device).is_ok());
+        assert!(
+            ScoreBiasConfig::Alibi(AlibiConfig::new(4))
+                .try_init(&device)
+                .is_ok()
+        );
+        assert!(
+            ScoreBiasConfig::T5(T5BiasConfig::new(4))
+                .try_init(&device)
+                .is_ok()
+        );
     }
 }

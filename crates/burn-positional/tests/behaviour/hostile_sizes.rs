@@ -21,6 +21,16 @@ use burn_positional::{
     SinusoidalConfig,
 };
 
+/// The default sinusoidal `max_len` at width `d` on `device`: 2^26 values, and no more rows
+/// than one buffer of the device holds in f32 (lavapipe states 128 MiB: 2^19 rows at width 64).
+fn default_max_len(device: &Device, d: usize) -> usize {
+    let rows = (1 << 26) / d;
+    match burn_positional_kernels::max_buffer_bytes(device) {
+        Some(limit) => rows.min((limit / (d as u64 * 4)) as usize),
+        None => rows,
+    }
+}
+
 /// Both twins refuse `positions` with `want`, and say how long they took (for the record).
 fn both_twins_refuse(
     embed: &EmbeddingWithPosition,
@@ -38,11 +48,12 @@ fn both_twins_refuse(
 
 /// `try_forward` at an offset of 2e9 on a sinusoidal embedding (d_model 512), and at explicit
 /// positions of `i64::MAX` (or `i32::MAX` where the device has no i64), is refused against the
-/// sinusoid's `max_len` (2^26 / 512 = 131 072 rows by default), with no table grown.
+/// sinusoid's `max_len` (2^26 / 512 = 131 072 rows by default, fewer where one buffer of the
+/// device holds less), with no table grown.
 pub fn far_sinusoid_positions_are_refused_not_allocated(device: &Device) {
     let embed = EmbeddingWithPositionConfig::new(10, 512).init(device);
     let ids = Tensor::<2, Int>::ones([1, 4], device);
-    let max_len = 1 << 17;
+    let max_len = default_max_len(device, 512);
     both_twins_refuse(
         &embed,
         &ids,
@@ -86,7 +97,7 @@ pub fn far_sinusoid_positions_are_refused_not_allocated(device: &Device) {
     .to_string();
     for part in [
         "position 2000000000",
-        "max_len = 131072",
+        &format!("max_len = {max_len}"),
         "at least 2000000004",
     ] {
         assert!(message.contains(part), "{part:?} missing: {message}");
@@ -107,8 +118,9 @@ pub fn far_sinusoid_positions_are_refused_not_allocated(device: &Device) {
 }
 
 /// Explicit positions up to 2^20 at width 64 (a 256 MiB table: on lavapipe, a kernel-crate
-/// panic `can't allocate buffer` before) are past the default limit of 2^20 rows: refused.
-/// Under a raised limit they embed, and equal the reference twin.
+/// panic `can't allocate buffer` before) are past the default limit of 2^20 rows (2^19 where
+/// one buffer holds 128 MiB, as on lavapipe): refused. Under a raised limit they embed, and
+/// equal the reference twin.
 pub fn explicit_positions_at_the_wgpu_buffer_limit(device: &Device) {
     let embed = EmbeddingWithPositionConfig::new(10, 64).init(device);
     let ids = Tensor::<2, Int>::ones([1, 2], device);
@@ -119,7 +131,7 @@ pub fn explicit_positions_at_the_wgpu_buffer_limit(device: &Device) {
         Positions::Explicit(p),
         &PositionError::PositionPastSinusoidLimit {
             position: 1 << 20,
-            max_len: 1 << 20,
+            max_len: default_max_len(device, 64),
             needed: (1 << 20) + 1,
         },
     );
@@ -143,6 +155,101 @@ pub fn explicit_positions_at_the_wgpu_buffer_limit(device: &Device) {
         burn::tensor::Tolerance::absolute(1e-6),
     );
     assert!(small.try_forward_at(ids, Positions::Offset(63)).is_err());
+}
+
+/// A table the device cannot allocate in one buffer is refused by `try_init`, naming the size,
+/// the device's limit and the fix, instead of panicking inside the kernels at the first forward
+/// (before: on wgpu, `max_len = 2^20 + 1` at width 64 was accepted, and `try_forward_at` at
+/// position 2^20 panicked with "can't allocate buffer of size: 268435712"). The limit is the
+/// one the device states (`max_buffer_bytes`); the CPU backends state none.
+pub fn tables_past_the_device_buffer_are_refused_at_try_init(device: &Device) {
+    let limit = burn_positional_kernels::max_buffer_bytes(device);
+    #[allow(deprecated)]
+    let on_cpu = matches!(
+        device.as_dispatch().clone().inner(),
+        burn::backend::DispatchDevice::Flex(_) | burn::backend::DispatchDevice::NdArray(_)
+    );
+    assert_eq!(limit.is_none(), on_cpu, "{device:?} states {limit:?}");
+    let Some(limit) = limit else {
+        // No stated limit: the default sinusoidal table keeps its 2^26 values, and a table of
+        // 2^20 + 1 rows is accepted (not built: max_len only bounds growth).
+        let embed = EmbeddingWithPositionConfig::new(10, 64)
+            .with_scheme(
+                SinusoidalConfig::new()
+                    .with_max_len(Some((1 << 20) + 1))
+                    .into(),
+            )
+            .try_init(device)
+            .unwrap();
+        assert!(embed.to_string().contains("max_len: 1048577"), "{embed}");
+        return;
+    };
+    let row = 64 * 4; // width 64, f32
+    let most = (limit / row) as usize;
+    // The default grows only as far as the device holds.
+    let default = EmbeddingWithPositionConfig::new(10, 64).init(device);
+    let max_len = match &default.position {
+        burn_positional::AbsolutePosition::Sinusoidal(table) => table.max_len(),
+        other => panic!("the default scheme is sinusoidal, not {other:?}"),
+    };
+    assert!(
+        max_len <= most,
+        "default max_len {max_len} past the device's {most} rows"
+    );
+    for (scheme, field) in [
+        (
+            SinusoidalConfig::new().with_max_len(Some(most + 1)).into(),
+            "SinusoidalConfig::max_len",
+        ),
+        (
+            LearnedConfig::new(most + 1).into(),
+            "LearnedConfig::max_len",
+        ),
+    ] {
+        let config = EmbeddingWithPositionConfig::new(10, 64).with_scheme(scheme);
+        let err = config.try_init(device).unwrap_err();
+        let bytes = (most as u64 + 1) * row;
+        assert_eq!(
+            err,
+            PositionError::TableTooLargeForDevice {
+                field,
+                rows: most + 1,
+                cols: 64,
+                bytes,
+                limit,
+                fix: match &err {
+                    PositionError::TableTooLargeForDevice { fix, .. } => fix.clone(),
+                    _ => unreachable!(),
+                },
+            }
+        );
+        let message = err.to_string();
+        for part in [
+            bytes.to_string(),
+            limit.to_string(),
+            most.to_string(),
+            field.into(),
+        ] {
+            assert!(message.contains(&part), "{part:?} missing: {message}");
+        }
+        // The panicking twin panics with the same message.
+        assert_eq!(
+            panic_message(|| {
+                config.init(device);
+            }),
+            message
+        );
+    }
+    // The token table too.
+    let vocab = EmbeddingWithPositionConfig::new(most + 1, 64)
+        .with_scheme(burn_positional::AbsolutePositionConfig::None);
+    assert!(matches!(
+        vocab.try_init(device),
+        Err(PositionError::TableTooLargeForDevice {
+            field: "vocab_size",
+            ..
+        })
+    ));
 }
 
 /// Offset 30, seq 8, `max_len` 32: the first position without a row is 32, and the window needs
@@ -265,6 +372,7 @@ pub fn a_record_of_two_float_dtypes_is_refused(device: &Device) {
 on_every_device!(
     far_sinusoid_positions_are_refused_not_allocated,
     explicit_positions_at_the_wgpu_buffer_limit,
+    tables_past_the_device_buffer_are_refused_at_try_init,
     a_window_past_a_learned_table_names_the_window,
     both_twins_name_the_table_for_a_far_offset,
     forward_refuses_a_sequence_longer_than_a_learned_table,
