@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
-use burn_positional::{EmbeddingWithPositionConfig, AbsolutePositionConfig, SelfAttentionConfig};
+use burn_positional::{AbsolutePositionConfig, EmbeddingWithPositionConfig, SelfAttentionConfig};
 use burn_positional_examples::classifier::{SequenceClassifier, SequenceClassifierConfig};
 use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
 use burn_positional_examples::encoder::EncoderConfig;

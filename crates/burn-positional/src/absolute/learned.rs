@@ -11,9 +11,9 @@ use burn::nn::Initializer;
 use burn::tensor::module::embedding;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::limits::table_fits;
 use super::{SinusoidalConfig, sinusoid_rows};
 use crate::PositionError;
+use crate::limits::table_fits;
 
 /// How a learned table starts.
 #[derive(Config, Debug, PartialEq)]

@@ -10,11 +10,11 @@ use burn::tensor::{Bool, Shape, Tensor};
 
 use super::kv_cache::BlockId;
 use super::mask::CausalMasks;
-use crate::score_bias::cast;
 use super::tiled::{CompactBias, tile_rows, tiled_attention};
 use super::{AttentionInput, AttentionOutput, KvCache};
-use crate::ScoreBias;
 use crate::Rope;
+use crate::ScoreBias;
+use crate::score_bias::cast;
 
 /// A small self-attention block: multi-head attention and a feed-forward, each behind a
 /// pre-norm residual (as in GPT-2 and most models since).

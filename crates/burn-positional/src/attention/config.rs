@@ -5,9 +5,9 @@ use burn::nn::transformer::PositionWiseFeedForwardConfig;
 use burn::nn::{DropoutConfig, LayerNormConfig, LinearConfig};
 use burn::tensor::Device;
 
+use super::SelfAttention;
 use super::kv_cache::BlockId;
 use super::mask::CausalMasks;
-use super::SelfAttention;
 use crate::ScoreBiasConfig;
 use crate::limits::table_fits;
 use crate::training::materialize;

@@ -58,7 +58,7 @@ pub use scaling::{
 };
 
 use crate::PositionError;
-use crate::cache::{DeviceKey, Grown};
+use crate::cache::{DeviceKey, Grown, count_host_table};
 use crate::limits::{GROWN_TABLE_VALUES, table_fits};
 
 /// Which dimensions form a rotated pair.
@@ -366,6 +366,7 @@ impl Rope {
                 self.arithmetic,
             );
             let shape = [range.len(), pairs];
+            count_host_table();
             (
                 Tensor::<2>::from_data(TensorData::new(cos, shape), &device),
                 Tensor::<2>::from_data(TensorData::new(sin, shape), &device),
@@ -600,5 +601,95 @@ mod tests {
         let a = stretched.apply(q.clone(), 10);
         let b = rope.apply(q, 5);
         assert!(a.all_close(b, None, Some(1e-6)));
+    }
+    /// `[1, 2, seq, d_head]` queries, the same for every call of a test.
+    fn queries(seq: usize, d_head: usize, device: &Device) -> Tensor<4> {
+        let values: Vec<f32> = (0..2 * seq * d_head)
+            .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+            .collect();
+        Tensor::from_data(TensorData::new(values, [1, 2, seq, d_head]), device)
+    }
+
+    /// Decoding token by token with `dynamic` past `max_position_embeddings` computes no host
+    /// table per step (the angles of the step's positions come from the frequencies of its
+    /// length, on the device), keeps the trained rows grown past `cache_len`, and rotates each
+    /// step as one forward over the whole prefix and as the host's rounding of that length's
+    /// frequencies would.
+    #[test]
+    fn dynamic_decoding_past_the_limit_builds_no_table_per_step() {
+        let device = Device::flex();
+        let (d_head, max_position_embeddings, steps) = (16, 64, 50);
+        let end = max_position_embeddings + steps;
+        for arithmetic in [RopeArithmetic::Transformers, RopeArithmetic::Exact] {
+            let rope = RopeConfig::new(d_head)
+                .with_cache_len(16)
+                .with_layout(RopeLayout::HalfSplit)
+                .with_arithmetic(arithmetic)
+                .with_scaling(RopeScaling::Dynamic(DynamicScaling::new(
+                    2.0,
+                    max_position_embeddings,
+                )))
+                .init(&device);
+            let x = queries(end, d_head, &device);
+            let step = |t: usize| rope.apply(x.clone().slice([0..1, 0..2, t..t + 1]), t);
+            // Prefill within the limit, past `cache_len`: the trained rows are grown once.
+            let _ = rope.apply(x.clone().slice([0..1, 0..2, 0..40]), 0);
+            let before = crate::cache::host_table_builds();
+            for t in max_position_embeddings..end {
+                let got = step(t);
+                // The same length's frequencies over the whole prefix give the same last row.
+                let full = rope
+                    .apply(x.clone().slice([0..1, 0..2, 0..t + 1]), 0)
+                    .slice([0..1, 0..2, t..t + 1]);
+                assert!(
+                    got.clone().all_close(full, Some(1e-6), Some(1e-6)),
+                    "{arithmetic:?}: step {t} differs from the forward over 0..={t}"
+                );
+                // And the host's rows of that length's frequencies, as the arithmetic rounds them.
+                let (inv_freq, attention) =
+                    rope.scaling
+                        .frequencies(rope.base, rope.rotary_dims, t + 1, arithmetic);
+                let (cos, sin) =
+                    angle_rows(t as u64..t as u64 + 1, &inv_freq, attention, arithmetic);
+                let pairs = inv_freq.len();
+                let cos = Tensor::<2>::from_data(TensorData::new(cos, [1, pairs]), &device);
+                let sin = Tensor::<2>::from_data(TensorData::new(sin, [1, pairs]), &device);
+                let (cos, sin) = (cos.unsqueeze::<4>(), sin.unsqueeze::<4>());
+                let q = x.clone().slice([0..1, 0..2, t..t + 1]);
+                let a = q.clone().slice([0..1, 0..2, 0..1, 0..pairs]);
+                let b = q.slice([0..1, 0..2, 0..1, pairs..2 * pairs]);
+                let want = Tensor::cat(
+                    vec![
+                        a.clone() * cos.clone() - b.clone() * sin.clone(),
+                        a * sin + b * cos,
+                    ],
+                    3,
+                );
+                // Transformers' rounding is the host's to an ulp of cos; `Exact` rounds the
+                // product to f32 on the device in this regime (see the module docs).
+                let tolerance = match arithmetic {
+                    RopeArithmetic::Transformers => 1e-5,
+                    RopeArithmetic::Exact => 1e-4,
+                };
+                assert!(
+                    got.all_close(want, Some(tolerance), Some(tolerance)),
+                    "{arithmetic:?}: step {t} differs from the host's rows"
+                );
+            }
+            let built = crate::cache::host_table_builds() - before;
+            assert!(
+                built <= 2,
+                "{arithmetic:?}: {built} host tables built over {steps} decoding steps past the \
+                 limit"
+            );
+            // The trained rows grown by the prefill are still there.
+            let before = crate::cache::host_table_builds();
+            let _ = rope.apply(x.clone().slice([0..1, 0..2, 0..1]), 30);
+            assert_eq!(
+                crate::cache::host_table_builds(),
+                before,
+                "{arithmetic:?}: the trained table grown past cache_len was evicted"
+            );
+        }
     }
 }

@@ -10,8 +10,8 @@ mod t5;
 pub use alibi::{Alibi, AlibiConfig, alibi_slopes};
 pub use t5::{T5Bias, T5BiasConfig, t5_bucket};
 
-use crate::attention::CompactBias;
 use crate::PositionError;
+use crate::attention::CompactBias;
 
 /// A score bias a block owns.
 #[derive(Config, Debug, PartialEq)]

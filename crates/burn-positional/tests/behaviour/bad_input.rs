@@ -7,12 +7,12 @@
 use crate::panic_message;
 
 use burn::prelude::*;
+use burn_positional::embedding::check_token_ids;
+use burn_positional::testing::KEPT_STATUSES;
 use burn_positional::{
     Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig, PositionError,
     Positions,
 };
-use burn_positional::embedding::check_token_ids;
-use burn_positional::testing::KEPT_STATUSES;
 
 fn assert_mentions(msg: &str, parts: &[&str]) {
     for part in parts {

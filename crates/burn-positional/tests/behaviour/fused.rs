@@ -8,8 +8,8 @@ use burn::prelude::*;
 use burn::tensor::Tolerance;
 use burn_positional::testing::fused_calls;
 use burn_positional::{
-    AbsolutePosition, Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig,
-    AbsolutePositionConfig, Positions, SinusoidalConfig,
+    AbsolutePosition, AbsolutePositionConfig, Combine, EmbeddingWithPosition,
+    EmbeddingWithPositionConfig, LearnedConfig, Positions, SinusoidalConfig,
 };
 
 const VOCAB: usize = 13;

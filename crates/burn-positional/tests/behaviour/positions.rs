@@ -5,8 +5,8 @@ use burn::nn::Initializer;
 use burn::prelude::*;
 use burn::tensor::Tolerance;
 use burn_positional::{
-    Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig,
-    AbsolutePositionConfig, Positions, SinusoidalConfig,
+    AbsolutePositionConfig, Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig,
+    LearnedConfig, Positions, SinusoidalConfig,
 };
 use proptest::prelude::*;
 
