@@ -58,7 +58,7 @@ fn main() {
             "  rope_type {}, head width {}, rotated {}, base {}, layout {:?}",
             config.scaling.rope_type(),
             config.d_head,
-            rope.rotary_dims,
+            rope.rotary_dims(),
             config.base,
             config.layout
         );

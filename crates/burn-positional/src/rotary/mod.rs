@@ -15,8 +15,32 @@
 //! | `HalfSplit` | `(x[j], x[j + rotary_dims/2])` | GPT-NeoX, Hugging Face's `rotate_half` |
 //!
 //! Partial rotation (`rotary_dims < d_head`, as in GPT-J and GPT-NeoX) rotates the first
-//! `rotary_dims` dimensions of each head and passes the rest through. Angles are computed in
-//! f64 and rounded once, so there is no length limit and far positions stay accurate.
+//! `rotary_dims` dimensions of each head and passes the rest through.
+//!
+//! # Arithmetic, caches and length
+//!
+//! The angles of positions `0..cache_len` are computed on the host at init and uploaded as
+//! `cos` and `sin` tables (f32). How they are rounded is [`RopeArithmetic`]'s choice:
+//!
+//! - `Exact` (the default): in f64, rounded once to f32, so far positions stay accurate.
+//! - `Transformers` (what [`RopeConfig::from_hf_config`] picks): rounded to f32 where transformers
+//!   rounds, `inv_freq` and the product `position * inv_freq` included. That product carries
+//!   the f32 rounding of a large angle (up to half an ulp of `position * inv_freq`, 2^-9 rad at
+//!   position 2^16), as the checkpoint was trained; positions past 2^24 are rounded to f32
+//!   before the product, as torch's `position_ids.float()` does.
+//!
+//! Any `usize` position is accepted (there is no length limit). Past `cache_len` the angles
+//! are computed on demand and cached, not computed per call: a table grown by doubling when a
+//! sequence walks past it (so decoding token by token computes each row once), shared by
+//! clones, for one device at a time, up to 2^26 values (256 MiB in f32, both tables); a
+//! jump far past it, or a table that would pass that ceiling, is computed for the call's window
+//! alone.
+//!
+//! `Dynamic` past `max_position_embeddings` has frequencies of its own for every length, so
+//! its angles are computed on the device for the positions of each call, from the
+//! frequencies of that length (the only upload: one row of `rotary_dims / 2` values), in f32 as
+//! transformers' rotary modules compute them, in both arithmetics (`Exact` then rounds only
+//! the frequencies once, and the product to f32 as `Transformers` does).
 //!
 //! [`RopeScaling`] stretches a model trained on short sequences to longer ones without
 //! training: position interpolation (Chen et al. 2023), NTK-aware base scaling (bloc97 2023),
@@ -84,7 +108,9 @@ pub struct RopeConfig {
     /// The checkpoint layout. Interleaved by default, as in the paper.
     #[config(default = "RopeLayout::Interleaved")]
     pub layout: RopeLayout,
-    /// Positions whose angles are precomputed; past it they are computed per call (no limit).
+    /// Positions whose angles are precomputed at init. Past it they are computed when first
+    /// asked for and cached in a table grown by doubling (see the
+    /// [module docs](self#arithmetic-caches-and-length)); any position is accepted.
     #[config(default = "4096")]
     pub cache_len: usize,
     /// Context extension applied to the angles. None by default.
@@ -111,29 +137,36 @@ pub struct RopeConfig {
 #[derive(Module, Debug)]
 #[module(custom_display)]
 pub struct Rope {
+    // Private, with accessors: the tables and the grown caches are built from these values
+    // and keyed without them, so changing one in place would mix old angles with new ones.
+    // [`Rope::rescaled`] and `config().with_..().init(..)` build a consistent rope instead.
     /// `[cache_len, rotary_dims / 2]` cosines of the angles.
-    pub cos: Tensor<2>,
+    cos: Tensor<2>,
     /// `[cache_len, rotary_dims / 2]` sines of the angles.
-    pub sin: Tensor<2>,
+    sin: Tensor<2>,
     /// Width of one head.
-    pub d_head: usize,
+    d_head: usize,
     /// Dimensions rotated.
-    pub rotary_dims: usize,
+    rotary_dims: usize,
     /// Wavelength base.
-    pub base: f64,
+    base: f64,
     /// Pairing of dimensions.
     #[module(skip)]
-    pub layout: RopeLayout,
+    layout: RopeLayout,
     /// Context extension applied to the angles.
     #[module(skip)]
-    pub scaling: RopeScaling,
+    scaling: RopeScaling,
     /// How the angle tables are rounded.
     #[module(skip)]
-    pub arithmetic: RopeArithmetic,
+    arithmetic: RopeArithmetic,
     /// Angles past `cache_len`, and the tables of the other frequency sets of a
     /// length-dependent scaling, grown on demand and shared by clones.
     #[module(skip)]
     grown: GrownAngles,
+    /// Positions `0..n` as an f32 column, for the angles computed on the device (`Dynamic`
+    /// past its limit); grown on demand and shared by clones.
+    #[module(skip)]
+    positions: Grown<Tensor<2>>,
 }
 
 impl ModuleDisplay for Rope {
@@ -156,8 +189,9 @@ impl ModuleDisplay for Rope {
     }
 }
 
-/// Angle tables longer than the precomputed ones, and those of a length-dependent scaling's
-/// other frequency sets: `(cos, sin)`, each `[rows, pairs]`, keyed by device and [`Regime`].
+/// Angle tables longer than the precomputed ones, and those of `LongRope`'s long set:
+/// `(cos, sin)`, each `[rows, pairs]`, keyed by device and [`Regime`] (never
+/// [`Regime::Length`], whose angles are computed on the device per call).
 /// Grown by doubling when a sequence walks past them (cached decoding), so the host computes
 /// each row once, not once per step; never past [`GROWN_TABLE_VALUES`] values.
 type GrownAngles = Grown<(Tensor<2>, Tensor<2>), (DeviceKey, Regime)>;
@@ -261,6 +295,7 @@ impl RopeConfig {
             scaling: self.scaling.clone(),
             arithmetic: self.arithmetic,
             grown: Grown::default(),
+            positions: Grown::default(),
         }
     }
 }
@@ -277,6 +312,43 @@ impl Rope {
             scaling: self.scaling.clone(),
             arithmetic: self.arithmetic,
         }
+    }
+
+    /// Width of one head.
+    pub fn d_head(&self) -> usize {
+        self.d_head
+    }
+
+    /// The formula width of the rotation: `rotary_dims`, or `d_head` when the config gave
+    /// none or the scaling is [`RopeScaling::Proportional`]. Whole pairs of it are rotated.
+    pub fn rotary_dims(&self) -> usize {
+        self.rotary_dims
+    }
+
+    /// Wavelength base (`rope_theta`).
+    pub fn base(&self) -> f64 {
+        self.base
+    }
+
+    /// Pairing of dimensions.
+    pub fn layout(&self) -> RopeLayout {
+        self.layout
+    }
+
+    /// Context extension applied to the angles. To change it, build another rope with
+    /// [`rescaled`](Self::rescaled).
+    pub fn scaling(&self) -> &RopeScaling {
+        &self.scaling
+    }
+
+    /// How the angle tables are rounded.
+    pub fn arithmetic(&self) -> RopeArithmetic {
+        self.arithmetic
+    }
+
+    /// Positions whose angles were precomputed at init.
+    pub fn cache_len(&self) -> usize {
+        self.cos.dims()[0]
     }
 
     /// The inverse frequencies of the trained set (`inv_freq` after transformers' `__init__`):
@@ -333,7 +405,7 @@ impl Rope {
     /// Within `cache_len` and the trained set: slices of the precomputed tables. Otherwise from
     /// a grown table of that set when the sequence walks on from what is there (doubled, so
     /// decoding token by token computes each row once); a far jump is computed for its window
-    /// alone.
+    /// alone. `Dynamic` past its limit: on the device ([`angles_on_device`](Self::angles_on_device)).
     fn angles(&self, offset: usize, seq: usize) -> (Tensor<2>, Tensor<2>) {
         let [cache_len, pairs] = self.cos.dims();
         let end = offset.checked_add(seq).unwrap_or_else(|| {
@@ -351,6 +423,9 @@ impl Rope {
             );
         }
         let device = self.cos.device();
+        if let Regime::Length(len) = regime {
+            return self.angles_on_device(offset, end, len, &device);
+        }
         // The frequencies are computed only when a table is built, not on every call.
         let upload = |range: std::ops::Range<usize>| {
             let (inv_freq, attention) = self.scaling.frequencies(
@@ -385,9 +460,7 @@ impl Rope {
         let window = self.grown.with(&key, |grown| {
             let current = grown.as_ref().map_or(precomputed, |(cos, _)| cos.dims()[0]);
             if end > current {
-                let doubled = if let Regime::Length(len) = regime {
-                    len // `Dynamic`'s set of this very length: nothing longer is asked of it.
-                } else if current == 0 {
+                let doubled = if current == 0 {
                     end.max(cache_len).next_power_of_two()
                 } else {
                     2 * current
@@ -406,6 +479,64 @@ impl Rope {
             })
         });
         window.unwrap_or_else(|| upload(offset..end))
+    }
+
+    /// `cos` and `sin` for positions `offset..end` from the frequencies of a sequence of
+    /// length `len` ([`RopeScaling::Dynamic`] past `max_position_embeddings`, a set of its own
+    /// for every length), computed on the device as transformers' rotary modules do: the
+    /// `inv_freq` of that length (a row of `pairs` values, the only upload per call) times the
+    /// positions in f32, then cos and sin in f32, times the attention factor. The positions
+    /// come from a column grown by doubling, so decoding token by token builds no table on the
+    /// host per step, and the trained tables stay cached.
+    fn angles_on_device(
+        &self,
+        offset: usize,
+        end: usize,
+        len: usize,
+        device: &Device,
+    ) -> (Tensor<2>, Tensor<2>) {
+        let (inv_freq, attention) =
+            self.scaling
+                .frequencies(self.base, self.rotary_dims, len, self.arithmetic);
+        let pairs = inv_freq.len();
+        // transformers holds `inv_freq` in f32 (rounded already for `Transformers`).
+        let inv_freq: Vec<f32> = inv_freq.into_iter().map(|w| w as f32).collect();
+        let inv_freq = Tensor::<2>::from_data(TensorData::new(inv_freq, [1, pairs]), device);
+        // `position_ids.float() @ inv_freq`: one f32 product per entry, as on the host.
+        let angles = self.positions(offset, end, device) * inv_freq;
+        let (cos, sin) = (angles.clone().cos(), angles.sin());
+        if attention == 1.0 {
+            return (cos, sin);
+        }
+        let attention = attention as f32;
+        (cos.mul_scalar(attention), sin.mul_scalar(attention))
+    }
+
+    /// Positions `offset..end` as an f32 column `[end - offset, 1]` on `device`: a window of a
+    /// column grown by doubling (built on the host log(n) times while decoding), or, past
+    /// [`GROWN_TABLE_VALUES`] rows, the window alone.
+    fn positions(&self, offset: usize, end: usize, device: &Device) -> Tensor<2> {
+        let column = |range: std::ops::Range<usize>| {
+            count_host_table();
+            // `p as f32` rounds to nearest, as torch's int64 to float32 cast does.
+            let values: Vec<f32> = range.clone().map(|p| p as f32).collect();
+            Tensor::<2>::from_data(TensorData::new(values, [range.len(), 1]), device)
+        };
+        let key = DeviceKey::new(device, burn::tensor::DType::F32);
+        let window = self.positions.with(&key, |grown| {
+            let current = grown.as_ref().map_or(0, |column| column.dims()[0]);
+            if end > current {
+                let doubled = end.max(2 * current).next_power_of_two();
+                if doubled > GROWN_TABLE_VALUES {
+                    return None;
+                }
+                *grown = Some(column(0..doubled));
+            }
+            grown
+                .as_ref()
+                .map(|column| column.clone().slice([offset..end, 0..1]))
+        });
+        window.unwrap_or_else(|| column(offset..end))
     }
 
     /// Rotates queries or keys whose first token sits at position `offset`.
