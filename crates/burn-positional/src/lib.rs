@@ -64,10 +64,16 @@ pub use score_bias::{Alibi, AlibiConfig, ScoreBias, ScoreBiasConfig, T5Bias, T5B
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::cache::{CACHED_SQUARES, host_table_builds, shape_cache_builds};
-    pub use crate::embedding::KEPT_STATUSES;
-    pub use crate::limits::{GROWN_TABLE_VALUES, MAX_TABLE_VALUES};
+    pub use crate::cache::{host_table_builds, shape_cache_builds};
     pub use burn_positional_kernels::fused_calls;
+    /// Squares kept per shape cache.
+    pub const CACHED_SQUARES: usize = crate::cache::CACHED_SQUARES;
+    /// Statuses an embedding keeps pending.
+    pub const KEPT_STATUSES: usize = crate::embedding::KEPT_STATUSES;
+    /// The most values a table grown on demand may reach.
+    pub const GROWN_TABLE_VALUES: usize = crate::limits::GROWN_TABLE_VALUES;
+    /// The most values one table may hold.
+    pub const MAX_TABLE_VALUES: usize = crate::limits::MAX_TABLE_VALUES;
 }
 
 /// Compile-time: every public module can be shared by threads and cloned into workers (burn's
