@@ -764,8 +764,9 @@ mod tests {
                 .init(&device);
             let x = queries(end, d_head, &device);
             let step = |t: usize| rope.apply(x.clone().slice([0..1, 0..2, t..t + 1]), t);
-            // Prefill within the limit, past `cache_len`: the trained rows are grown once.
-            let _ = rope.apply(x.clone().slice([0..1, 0..2, 0..40]), 0);
+            // Prefill within the limit, past `cache_len`: the trained rows are grown (doubled
+            // to 32) once.
+            let _ = rope.apply(x.clone().slice([0..1, 0..2, 0..32]), 0);
             let before = crate::cache::host_table_builds();
             for t in max_position_embeddings..end {
                 let got = step(t);
@@ -816,7 +817,7 @@ mod tests {
             );
             // The trained rows grown by the prefill are still there.
             let before = crate::cache::host_table_builds();
-            let _ = rope.apply(x.clone().slice([0..1, 0..2, 0..1]), 30);
+            let _ = rope.apply(x.clone().slice([0..1, 0..2, 0..1]), 20);
             assert_eq!(
                 crate::cache::host_table_builds(),
                 before,
