@@ -232,9 +232,10 @@ impl RopeConfig {
     /// The formula width of the rotation: `rotary_dims`, or `d_head` when it is `None` or the
     /// scaling is [`RopeScaling::Proportional`] (which pairs over the whole head).
     fn formula_dims(&self) -> usize {
-        match self.scaling {
-            RopeScaling::Proportional(_) => self.d_head,
-            _ => self.rotary_dims.unwrap_or(self.d_head),
+        if self.scaling.pairs_whole_head() {
+            self.d_head
+        } else {
+            self.rotary_dims.unwrap_or(self.d_head)
         }
     }
 
