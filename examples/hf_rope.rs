@@ -58,7 +58,7 @@ fn main() {
             "  rope_type {}, head width {}, rotated {}, base {}, layout {:?}",
             config.scaling.rope_type(),
             config.d_head,
-            rope.rotary_dims,
+            rope.rotary_dims(),
             config.base,
             config.layout
         );
@@ -77,7 +77,7 @@ fn main() {
         }
         // How much slower each pair turns than plain RoPE with the same base.
         let plain = RopeScaling::None
-            .frequencies(config.base, rope.rotary_dims, 0, config.arithmetic)
+            .frequencies(config.base, rope.rotary_dims(), 0, config.arithmetic)
             .0;
         let slowed: Vec<String> = [
             0,
@@ -102,7 +102,7 @@ fn main() {
             .with_rope(Some(config))
             .init(&device);
         let x = Tensor::<3>::ones(
-            [1, 4, n_heads * block.rope.as_ref().unwrap().d_head],
+            [1, 4, n_heads * block.rope.as_ref().unwrap().d_head()],
             &device,
         );
         println!(

@@ -230,7 +230,7 @@ impl SchemeProbe {
     /// `[n_heads][len][d_head]`.
     fn rotated(&self, rope: &Rope, offset: usize, len: usize, stream: u64) -> Vec<Vec<Vec<f32>>> {
         let n_heads = self.config.n_heads;
-        let d_head = rope.d_head;
+        let d_head = rope.d_head();
         let probes = probe_vectors(n_heads, d_head, stream);
         let values: Vec<f32> = probes
             .iter()

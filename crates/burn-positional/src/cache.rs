@@ -39,6 +39,25 @@ thread_local! {
     static BUILDS: Cell<usize> = const { Cell::new(0) };
 }
 
+thread_local! {
+    /// Tables computed on the host and uploaded on this thread (RoPE's angle rows, its position
+    /// column): what a test reads to see that decoding does not rebuild a table per token.
+    static HOST_TABLES: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Counts one table computed on the host and uploaded (see [`host_table_builds`]).
+pub(crate) fn count_host_table() {
+    HOST_TABLES.with(|n| n.set(n.get() + 1));
+}
+
+/// Tables computed on the host and uploaded by this thread so far (RoPE's angles past its
+/// precomputed rows, its position column); compare two readings around the calls you care about.
+#[doc(hidden)]
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub fn host_table_builds() -> usize {
+    HOST_TABLES.with(Cell::get)
+}
+
 /// Squares built by the shape caches on this thread so far (score biases, T5 bucket ids, causal
 /// masks); compare two readings around the calls you care about.
 #[doc(hidden)]

@@ -64,7 +64,7 @@ pub use score_bias::{Alibi, AlibiConfig, ScoreBias, ScoreBiasConfig, T5Bias, T5B
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::cache::{CACHED_SQUARES, shape_cache_builds};
+    pub use crate::cache::{CACHED_SQUARES, host_table_builds, shape_cache_builds};
     pub use crate::embedding::status::KEPT_STATUSES;
     pub use crate::limits::{GROWN_TABLE_VALUES, MAX_TABLE_VALUES};
     pub use burn_positional_kernels::fused_calls;

@@ -310,7 +310,7 @@ impl SelfAttention {
             && self
                 .rope
                 .as_ref()
-                .is_some_and(|rope| rope.scaling.is_length_dependent());
+                .is_some_and(|rope| rope.scaling().is_length_dependent());
         if let Some(rope) = &self.rope {
             q = rope.apply(q, offset);
             if !rotate_after_cache {

@@ -15,8 +15,32 @@
 //! | `HalfSplit` | `(x[j], x[j + rotary_dims/2])` | GPT-NeoX, Hugging Face's `rotate_half` |
 //!
 //! Partial rotation (`rotary_dims < d_head`, as in GPT-J and GPT-NeoX) rotates the first
-//! `rotary_dims` dimensions of each head and passes the rest through. Angles are computed in
-//! f64 and rounded once, so there is no length limit and far positions stay accurate.
+//! `rotary_dims` dimensions of each head and passes the rest through.
+//!
+//! # Arithmetic, caches and length
+//!
+//! The angles of positions `0..cache_len` are computed on the host at init and uploaded as
+//! `cos` and `sin` tables (f32). How they are rounded is [`RopeArithmetic`]'s choice:
+//!
+//! - `Exact` (the default): in f64, rounded once to f32, so far positions stay accurate.
+//! - `Transformers` (what [`RopeConfig::from_hf_config`] picks): rounded to f32 where transformers
+//!   rounds, `inv_freq` and the product `position * inv_freq` included. That product carries
+//!   the f32 rounding of a large angle (up to half an ulp of `position * inv_freq`, 2^-9 rad at
+//!   position 2^16), as the checkpoint was trained; positions past 2^24 are rounded to f32
+//!   before the product, as torch's `position_ids.float()` does.
+//!
+//! Any `usize` position is accepted (there is no length limit). Past `cache_len` the angles
+//! are computed on demand and cached, not computed per call: a table grown by doubling when a
+//! sequence walks past it (so decoding token by token computes each row once), shared by
+//! clones, for one device at a time, up to 2^26 values (256 MiB in f32, both tables); a
+//! jump far past it, or a table that would pass that ceiling, is computed for the call's window
+//! alone.
+//!
+//! `Dynamic` past `max_position_embeddings` has frequencies of its own for every length, so
+//! its angles are computed on the device for the positions of each call, from the
+//! frequencies of that length (the only upload: one row of `rotary_dims / 2` values), in f32 as
+//! transformers' rotary modules compute them, in both arithmetics (`Exact` then rounds only
+//! the frequencies once, and the product to f32 as `Transformers` does).
 //!
 //! [`RopeScaling`] stretches a model trained on short sequences to longer ones without
 //! training: position interpolation (Chen et al. 2023), NTK-aware base scaling (bloc97 2023),
@@ -59,7 +83,7 @@ pub use scaling::{
 };
 
 use crate::PositionError;
-use crate::cache::{DeviceKey, Grown};
+use crate::cache::{DeviceKey, Grown, count_host_table};
 use crate::limits::{GROWN_TABLE_VALUES, table_fits};
 
 /// Which dimensions form a rotated pair.
@@ -85,7 +109,9 @@ pub struct RopeConfig {
     /// The checkpoint layout. Interleaved by default, as in the paper.
     #[config(default = "RopeLayout::Interleaved")]
     pub layout: RopeLayout,
-    /// Positions whose angles are precomputed; past it they are computed per call (no limit).
+    /// Positions whose angles are precomputed at init. Past it they are computed when first
+    /// asked for and cached in a table grown by doubling (see the
+    /// [module docs](self#arithmetic-caches-and-length)); any position is accepted.
     #[config(default = "4096")]
     pub cache_len: usize,
     /// Context extension applied to the angles. None by default.
@@ -112,29 +138,36 @@ pub struct RopeConfig {
 #[derive(Module, Debug)]
 #[module(custom_display)]
 pub struct Rope {
+    // Private, with accessors: the tables and the grown caches are built from these values
+    // and keyed without them, so changing one in place would mix old angles with new ones.
+    // [`Rope::rescaled`] and `config().with_..().init(..)` build a consistent rope instead.
     /// `[cache_len, rotary_dims / 2]` cosines of the angles.
-    pub cos: Tensor<2>,
+    cos: Tensor<2>,
     /// `[cache_len, rotary_dims / 2]` sines of the angles.
-    pub sin: Tensor<2>,
+    sin: Tensor<2>,
     /// Width of one head.
-    pub d_head: usize,
+    d_head: usize,
     /// Dimensions rotated.
-    pub rotary_dims: usize,
+    rotary_dims: usize,
     /// Wavelength base.
-    pub base: f64,
+    base: f64,
     /// Pairing of dimensions.
     #[module(skip)]
-    pub layout: RopeLayout,
+    layout: RopeLayout,
     /// Context extension applied to the angles.
     #[module(skip)]
-    pub scaling: RopeScaling,
+    scaling: RopeScaling,
     /// How the angle tables are rounded.
     #[module(skip)]
-    pub arithmetic: RopeArithmetic,
+    arithmetic: RopeArithmetic,
     /// Angles past `cache_len`, and the tables of the other frequency sets of a
     /// length-dependent scaling, grown on demand and shared by clones.
     #[module(skip)]
     grown: GrownAngles,
+    /// Positions `0..n` as an f32 column, for the angles computed on the device (`Dynamic`
+    /// past its limit); grown on demand and shared by clones.
+    #[module(skip)]
+    positions: Grown<Tensor<2>>,
 }
 
 impl ModuleDisplay for Rope {
@@ -157,8 +190,9 @@ impl ModuleDisplay for Rope {
     }
 }
 
-/// Angle tables longer than the precomputed ones, and those of a length-dependent scaling's
-/// other frequency sets: `(cos, sin)`, each `[rows, pairs]`, keyed by device and [`Regime`].
+/// Angle tables longer than the precomputed ones, and those of `LongRope`'s long set:
+/// `(cos, sin)`, each `[rows, pairs]`, keyed by device and [`Regime`] (never
+/// [`Regime::Length`], whose angles are computed on the device per call).
 /// Grown by doubling when a sequence walks past them (cached decoding), so the host computes
 /// each row once, not once per step; never past [`GROWN_TABLE_VALUES`] values.
 type GrownAngles = Grown<(Tensor<2>, Tensor<2>), (DeviceKey, Regime)>;
@@ -198,9 +232,10 @@ impl RopeConfig {
     /// The formula width of the rotation: `rotary_dims`, or `d_head` when it is `None` or the
     /// scaling is [`RopeScaling::Proportional`] (which pairs over the whole head).
     fn formula_dims(&self) -> usize {
-        match self.scaling {
-            RopeScaling::Proportional(_) => self.d_head,
-            _ => self.rotary_dims.unwrap_or(self.d_head),
+        if self.scaling.pairs_whole_head() {
+            self.d_head
+        } else {
+            self.rotary_dims.unwrap_or(self.d_head)
         }
     }
 
@@ -262,6 +297,7 @@ impl RopeConfig {
             scaling: self.scaling.clone(),
             arithmetic: self.arithmetic,
             grown: Grown::default(),
+            positions: Grown::default(),
         }
     }
 }
@@ -278,6 +314,43 @@ impl Rope {
             scaling: self.scaling.clone(),
             arithmetic: self.arithmetic,
         }
+    }
+
+    /// Width of one head.
+    pub fn d_head(&self) -> usize {
+        self.d_head
+    }
+
+    /// The formula width of the rotation: `rotary_dims`, or `d_head` when the config gave
+    /// none or the scaling is [`RopeScaling::Proportional`]. Whole pairs of it are rotated.
+    pub fn rotary_dims(&self) -> usize {
+        self.rotary_dims
+    }
+
+    /// Wavelength base (`rope_theta`).
+    pub fn base(&self) -> f64 {
+        self.base
+    }
+
+    /// Pairing of dimensions.
+    pub fn layout(&self) -> RopeLayout {
+        self.layout
+    }
+
+    /// Context extension applied to the angles. To change it, build another rope with
+    /// [`rescaled`](Self::rescaled).
+    pub fn scaling(&self) -> &RopeScaling {
+        &self.scaling
+    }
+
+    /// How the angle tables are rounded.
+    pub fn arithmetic(&self) -> RopeArithmetic {
+        self.arithmetic
+    }
+
+    /// Positions whose angles were precomputed at init.
+    pub fn cache_len(&self) -> usize {
+        self.cos.dims()[0]
     }
 
     /// The inverse frequencies of the trained set (`inv_freq` after transformers' `__init__`):
@@ -334,7 +407,7 @@ impl Rope {
     /// Within `cache_len` and the trained set: slices of the precomputed tables. Otherwise from
     /// a grown table of that set when the sequence walks on from what is there (doubled, so
     /// decoding token by token computes each row once); a far jump is computed for its window
-    /// alone.
+    /// alone. `Dynamic` past its limit: on the device ([`angles_on_device`](Self::angles_on_device)).
     fn angles(&self, offset: usize, seq: usize) -> (Tensor<2>, Tensor<2>) {
         let [cache_len, pairs] = self.cos.dims();
         let end = offset.checked_add(seq).unwrap_or_else(|| {
@@ -352,6 +425,9 @@ impl Rope {
             );
         }
         let device = self.cos.device();
+        if let Regime::Length(len) = regime {
+            return self.angles_on_device(offset, end, len, &device);
+        }
         // The frequencies are computed only when a table is built, not on every call.
         let upload = |range: std::ops::Range<usize>| {
             let (inv_freq, attention) = self.scaling.frequencies(
@@ -367,6 +443,7 @@ impl Rope {
                 self.arithmetic,
             );
             let shape = [range.len(), pairs];
+            count_host_table();
             (
                 Tensor::<2>::from_data(TensorData::new(cos, shape), &device),
                 Tensor::<2>::from_data(TensorData::new(sin, shape), &device),
@@ -385,9 +462,7 @@ impl Rope {
         let window = self.grown.with(&key, |grown| {
             let current = grown.as_ref().map_or(precomputed, |(cos, _)| cos.dims()[0]);
             if end > current {
-                let doubled = if let Regime::Length(len) = regime {
-                    len // `Dynamic`'s set of this very length: nothing longer is asked of it.
-                } else if current == 0 {
+                let doubled = if current == 0 {
                     end.max(cache_len).next_power_of_two()
                 } else {
                     2 * current
@@ -406,6 +481,64 @@ impl Rope {
             })
         });
         window.unwrap_or_else(|| upload(offset..end))
+    }
+
+    /// `cos` and `sin` for positions `offset..end` from the frequencies of a sequence of
+    /// length `len` ([`RopeScaling::Dynamic`] past `max_position_embeddings`, a set of its own
+    /// for every length), computed on the device as transformers' rotary modules do: the
+    /// `inv_freq` of that length (a row of `pairs` values, the only upload per call) times the
+    /// positions in f32, then cos and sin in f32, times the attention factor. The positions
+    /// come from a column grown by doubling, so decoding token by token builds no table on the
+    /// host per step, and the trained tables stay cached.
+    fn angles_on_device(
+        &self,
+        offset: usize,
+        end: usize,
+        len: usize,
+        device: &Device,
+    ) -> (Tensor<2>, Tensor<2>) {
+        let (inv_freq, attention) =
+            self.scaling
+                .frequencies(self.base, self.rotary_dims, len, self.arithmetic);
+        let pairs = inv_freq.len();
+        // transformers holds `inv_freq` in f32 (rounded already for `Transformers`).
+        let inv_freq: Vec<f32> = inv_freq.into_iter().map(|w| w as f32).collect();
+        let inv_freq = Tensor::<2>::from_data(TensorData::new(inv_freq, [1, pairs]), device);
+        // `position_ids.float() @ inv_freq`: one f32 product per entry, as on the host.
+        let angles = self.positions(offset, end, device) * inv_freq;
+        let (cos, sin) = (angles.clone().cos(), angles.sin());
+        if attention == 1.0 {
+            return (cos, sin);
+        }
+        let attention = attention as f32;
+        (cos.mul_scalar(attention), sin.mul_scalar(attention))
+    }
+
+    /// Positions `offset..end` as an f32 column `[end - offset, 1]` on `device`: a window of a
+    /// column grown by doubling (built on the host log(n) times while decoding), or, past
+    /// [`GROWN_TABLE_VALUES`] rows, the window alone.
+    fn positions(&self, offset: usize, end: usize, device: &Device) -> Tensor<2> {
+        let column = |range: std::ops::Range<usize>| {
+            count_host_table();
+            // `p as f32` rounds to nearest, as torch's int64 to float32 cast does.
+            let values: Vec<f32> = range.clone().map(|p| p as f32).collect();
+            Tensor::<2>::from_data(TensorData::new(values, [range.len(), 1]), device)
+        };
+        let key = DeviceKey::new(device, burn::tensor::DType::F32);
+        let window = self.positions.with(&key, |grown| {
+            let current = grown.as_ref().map_or(0, |column| column.dims()[0]);
+            if end > current {
+                let doubled = end.max(2 * current).next_power_of_two();
+                if doubled > GROWN_TABLE_VALUES {
+                    return None;
+                }
+                *grown = Some(column(0..doubled));
+            }
+            grown
+                .as_ref()
+                .map(|column| column.clone().slice([offset..end, 0..1]))
+        });
+        window.unwrap_or_else(|| column(offset..end))
     }
 
     /// Rotates queries or keys whose first token sits at position `offset`.
@@ -601,5 +734,96 @@ mod tests {
         let a = stretched.apply(q.clone(), 10);
         let b = rope.apply(q, 5);
         assert!(a.all_close(b, None, Some(1e-6)));
+    }
+    /// `[1, 2, seq, d_head]` queries, the same for every call of a test.
+    fn queries(seq: usize, d_head: usize, device: &Device) -> Tensor<4> {
+        let values: Vec<f32> = (0..2 * seq * d_head)
+            .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+            .collect();
+        Tensor::from_data(TensorData::new(values, [1, 2, seq, d_head]), device)
+    }
+
+    /// Decoding token by token with `dynamic` past `max_position_embeddings` computes no host
+    /// table per step (the angles of the step's positions come from the frequencies of its
+    /// length, on the device), keeps the trained rows grown past `cache_len`, and rotates each
+    /// step as one forward over the whole prefix and as the host's rounding of that length's
+    /// frequencies would.
+    #[test]
+    fn dynamic_decoding_past_the_limit_builds_no_table_per_step() {
+        let device = Device::flex();
+        let (d_head, max_position_embeddings, steps) = (16, 64, 50);
+        let end = max_position_embeddings + steps;
+        for arithmetic in [RopeArithmetic::Transformers, RopeArithmetic::Exact] {
+            let rope = RopeConfig::new(d_head)
+                .with_cache_len(16)
+                .with_layout(RopeLayout::HalfSplit)
+                .with_arithmetic(arithmetic)
+                .with_scaling(RopeScaling::Dynamic(DynamicScaling::new(
+                    2.0,
+                    max_position_embeddings,
+                )))
+                .init(&device);
+            let x = queries(end, d_head, &device);
+            let step = |t: usize| rope.apply(x.clone().slice([0..1, 0..2, t..t + 1]), t);
+            // Prefill within the limit, past `cache_len`: the trained rows are grown (doubled
+            // to 32) once.
+            let _ = rope.apply(x.clone().slice([0..1, 0..2, 0..32]), 0);
+            let before = crate::cache::host_table_builds();
+            for t in max_position_embeddings..end {
+                let got = step(t);
+                // The same length's frequencies over the whole prefix give the same last row.
+                let full = rope
+                    .apply(x.clone().slice([0..1, 0..2, 0..t + 1]), 0)
+                    .slice([0..1, 0..2, t..t + 1]);
+                assert!(
+                    got.clone().all_close(full, Some(1e-6), Some(1e-6)),
+                    "{arithmetic:?}: step {t} differs from the forward over 0..={t}"
+                );
+                // And the host's rows of that length's frequencies, as the arithmetic rounds them.
+                let (inv_freq, attention) =
+                    rope.scaling
+                        .frequencies(rope.base, rope.rotary_dims, t + 1, arithmetic);
+                let (cos, sin) =
+                    angle_rows(t as u64..t as u64 + 1, &inv_freq, attention, arithmetic);
+                let pairs = inv_freq.len();
+                let cos = Tensor::<2>::from_data(TensorData::new(cos, [1, pairs]), &device);
+                let sin = Tensor::<2>::from_data(TensorData::new(sin, [1, pairs]), &device);
+                let (cos, sin) = (cos.unsqueeze::<4>(), sin.unsqueeze::<4>());
+                let q = x.clone().slice([0..1, 0..2, t..t + 1]);
+                let a = q.clone().slice([0..1, 0..2, 0..1, 0..pairs]);
+                let b = q.slice([0..1, 0..2, 0..1, pairs..2 * pairs]);
+                let want = Tensor::cat(
+                    vec![
+                        a.clone() * cos.clone() - b.clone() * sin.clone(),
+                        a * sin + b * cos,
+                    ],
+                    3,
+                );
+                // Transformers' rounding is the host's to an ulp of cos; `Exact` rounds the
+                // product to f32 on the device in this regime (see the module docs).
+                let tolerance = match arithmetic {
+                    RopeArithmetic::Transformers => 1e-5,
+                    RopeArithmetic::Exact => 1e-4,
+                };
+                assert!(
+                    got.all_close(want, Some(tolerance), Some(tolerance)),
+                    "{arithmetic:?}: step {t} differs from the host's rows"
+                );
+            }
+            let built = crate::cache::host_table_builds() - before;
+            assert!(
+                built <= 2,
+                "{arithmetic:?}: {built} host tables built over {steps} decoding steps past the \
+                 limit"
+            );
+            // The trained rows grown by the prefill are still there.
+            let before = crate::cache::host_table_builds();
+            let _ = rope.apply(x.clone().slice([0..1, 0..2, 0..1]), 20);
+            assert_eq!(
+                crate::cache::host_table_builds(),
+                before,
+                "{arithmetic:?}: the trained table grown past cache_len was evicted"
+            );
+        }
     }
 }
