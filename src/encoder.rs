@@ -7,9 +7,9 @@ use burn::prelude::*;
 
 use crate::schemes::Scheme;
 use crate::{
-    AttentionInput, Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, KvCache,
-    PositionError, AbsolutePositionConfig, Positions, RopeConfig, ScoreBias, ScoreBiasConfig,
-    SelfAttention, SelfAttentionConfig,
+    AbsolutePositionConfig, AttentionInput, Combine, EmbeddingWithPosition,
+    EmbeddingWithPositionConfig, KvCache, PositionError, Positions, RopeConfig, ScoreBias,
+    ScoreBiasConfig, SelfAttention, SelfAttentionConfig,
 };
 
 /// Configuration of [`Encoder`].

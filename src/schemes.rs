@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::{
-    AlibiConfig, LearnedConfig, LearnedInit, AbsolutePositionConfig, RopeConfig, ScoreBiasConfig,
+    AbsolutePositionConfig, AlibiConfig, LearnedConfig, LearnedInit, RopeConfig, ScoreBiasConfig,
     SinusoidalConfig, T5BiasConfig,
 };
 

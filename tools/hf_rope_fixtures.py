@@ -187,7 +187,7 @@ def flat(t):
 def model_defaults():
     """The rotary defaults of every config class whose defaults differ from the generic ones
     (theta 10 000, full rotation, no top-level original context), as a Rust table for
-    `crates/burn-positional/src/hf_config/defaults.rs`: what transformers uses when a
+    `crates/burn-positional/src/rotary/hf_config/defaults.rs`: what transformers uses when a
     config.json leaves the key out."""
     from transformers import CONFIG_MAPPING
 
@@ -231,7 +231,7 @@ def model_defaults():
         ]
         if defaults and not any(re.search("partial_rotary_factor", src) for src in defaults):
             ignores.append(f'    "{model_type}",')
-    path = OUT.parent.parent.parent.parent / "src/hf_config/defaults.rs"
+    path = OUT.parent.parent.parent.parent / "src/rotary/hf_config/defaults.rs"
     path.write_text(
         "//! Written by `python3 tools/hf_rope_fixtures.py` (transformers "
         f"{transformers.__version__}); do not edit.\n\n"
@@ -254,11 +254,12 @@ def model_defaults():
     )
     print(f"{path}: {len(rows)} model types")
     model_sizes()
+    model_rotations()
 
 
 def model_sizes():
     """The head width and context defaults of every transformers config class with a rope, as
-    `crates/burn-positional/src/hf_config/sizes.rs`: what a config.json that leaves out
+    `crates/burn-positional/src/rotary/hf_config/sizes.rs`: what a config.json that leaves out
     `head_dim` or `max_position_embeddings` gets (Gemma's head_dim 256, Qwen 3's 128, DeepSeek's
     `qk_rope_head_dim`, ...), found by building each class with and without the keys."""
     import warnings
@@ -274,7 +275,15 @@ def model_sizes():
         except Exception:
             return "error"
 
-    consts, from_qk, max_positions = [], [], []
+    # The keys the reader reads whose spelling a config class may change (`attribute_map`).
+    read_keys = ("hidden_size", "num_attention_heads", "head_dim", "max_position_embeddings",
+                 "layer_types")
+    aliases = set()
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        for key, alias in (getattr(CONFIG_MAPPING[model_type], "attribute_map", None) or {}).items():
+            if key in read_keys and key != alias:
+                aliases.add((alias, key))
+    consts, from_qk, max_positions, maps, sizes, ignored = [], [], [], [], [], []
     for model_type in sorted(CONFIG_MAPPING.keys()):
         try:
             config = CONFIG_MAPPING[model_type]()
@@ -282,6 +291,17 @@ def model_sizes():
             continue
         if not isinstance(getattr(config, "rope_parameters", None), dict):
             continue
+        mapped = [(key, alias) for key, alias in (type(config).attribute_map or {}).items()
+                  if key in read_keys and key != alias]
+        if mapped:
+            pairs = ", ".join(f'("{key}", "{alias}")' for key, alias in sorted(mapped))
+            maps.append(f'    ("{model_type}", &[{pairs}]),')
+        try:
+            hidden, heads = config.hidden_size, config.num_attention_heads
+        except Exception:  # set per layer, or none
+            hidden = heads = None
+        if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, heads)):
+            sizes.append(f'    ("{model_type}", {hidden}, {heads}),')
         max_pos = getattr(config, "max_position_embeddings", None)
         if isinstance(max_pos, int) and not isinstance(max_pos, bool):
             max_positions.append(f'    ("{model_type}", {max_pos}),')
@@ -289,13 +309,16 @@ def model_sizes():
         derived = head(model_type, hidden_size=84, num_attention_heads=3)
         qk = head(model_type, hidden_size=64, num_attention_heads=4, qk_rope_head_dim=10)
         file_wins = head(model_type, hidden_size=64, num_attention_heads=4, qk_rope_head_dim=10, head_dim=6) == 6
+        if head(model_type, hidden_size=84, num_attention_heads=3, head_dim=6) == 28:
+            # `head_dim` is a read-only property (Falcon's): a value in the file is ignored.
+            ignored.append(f'    "{model_type}",')
         if qk == 10 and derived != 10:
             from_qk.append(f'    ("{model_type}", {derived}, {str(file_wins).lower()}),')
         elif field is not None and isinstance(field.default, int) and derived != 28 and (
             file_wins or derived == "error"
         ):
             consts.append(f'    ("{model_type}", {field.default}),')
-    path = OUT.parent.parent.parent.parent / "src/hf_config/sizes.rs"
+    path = OUT.parent.parent.parent.parent / "src/rotary/hf_config/sizes.rs"
     path.write_text(
         "//! Written by `python3 tools/hf_rope_fixtures.py --defaults` (transformers "
         f"{transformers.__version__}); do not edit.\n\n"
@@ -312,10 +335,100 @@ def model_sizes():
         "/// `(model_type, max_position_embeddings)`: each config class's default.\n"
         "pub(super) const MAX_POSITION_DEFAULTS: &[(&str, usize)] = &[\n"
         + "\n".join(max_positions)
+        + "\n];\n\n"
+        "/// The config classes whose `head_dim` is `hidden_size // num_attention_heads` whatever the\n"
+        "/// file says (a read-only property: transformers logs that it cannot set it, and goes on).\n"
+        "pub(super) const HEAD_DIM_IGNORED: &[&str] = &[\n"
+        + "\n".join(ignored)
+        + "\n];\n\n"
+        "/// `(model_type, hidden_size, num_attention_heads)`: each config class's defaults.\n"
+        "pub(super) const SIZE_DEFAULTS: &[(&str, usize, usize)] = &[\n"
+        + "\n".join(sizes)
+        + "\n];\n\n"
+        "/// `(model_type, [(key, the name the file gives it)])`: each config class's `attribute_map`,\n"
+        "/// for the keys this reader reads. The key itself wins when the file has both.\n"
+        "pub(super) const ATTRIBUTE_MAPS: &[(&str, &[(&str, &str)])] = &[\n"
+        + "\n".join(maps)
+        + "\n];\n\n"
+        "/// `(name, key)`: every name some config class's `attribute_map` reads as a key this reader\n"
+        "/// reads (`n_head` for `num_attention_heads` in GPT-2, ...). A class without that entry\n"
+        "/// ignores the name (Falcon's `n_head`).\n"
+        "pub(super) const KNOWN_ALIASES: &[(&str, &str)] = &[\n"
+        + "\n".join(f'    ("{alias}", "{key}"),' for alias, key in sorted(aliases))
         + "\n];\n"
     )
     print(f"{path}: {len(consts)} head_dim defaults, {len(from_qk)} from qk_rope_head_dim, "
-          f"{len(max_positions)} max_position_embeddings")
+          f"{len(max_positions)} max_position_embeddings, {len(sizes)} sizes, {len(maps)} attribute maps")
+
+
+# Rotations with no `rotate_half` of their own, read by hand from transformers 5.24's modeling code:
+# (model_type, why its pairs are adjacent).
+INTERLEAVED_WITHOUT_ROTATE_HALF = [
+    ("llama4_text", "apply_rotary_emb multiplies complex numbers made of adjacent pairs "
+                    "(view_as_complex(x.reshape(..., -1, 2)))"),
+    ("openai_privacy_filter", "_apply_rotary_emb rotates (x[..., ::2], x[..., 1::2])"),
+]
+
+
+def model_rotations():
+    """How each model type's own modeling code pairs the dimensions it rotates, as
+    `crates/burn-positional/src/rotary/hf_config/rotation.rs`: Llama's `rotate_half` pairs
+    `(x[i], x[i + d/2])`; Cohere's, GLM's and a few others' pair `(x[2i], x[2i + 1])` in place
+    (`x[..., ::2]`, `x[..., 1::2]`), with cos and sin repeated pair by pair; NanoChat's turns the
+    other way (`cat((x2, -x1))`). Found from the source of the module's `rotate_half` and
+    `apply_rotary_pos_emb` (which slices `rotary_dim` when it rotates part of the head)."""
+    import inspect
+    import warnings
+
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    interleaved, other = [], []
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        try:
+            config = CONFIG_MAPPING[model_type]()
+            folder = model_type_to_module_name(model_type)
+            module = importlib.import_module(f"transformers.models.{folder}.modeling_{folder}")
+        except Exception:
+            continue
+        if not isinstance(getattr(config, "rope_parameters", None), dict):
+            continue
+        rotate = getattr(module, "rotate_half", None)
+        apply = getattr(module, "apply_rotary_pos_emb", None)
+        partial = apply is not None and "rotary_dim" in inspect.getsource(apply)
+        if rotate is None:
+            continue
+        source = inspect.getsource(rotate)
+        if "::2]" in source or "-1, 2)" in source:
+            interleaved.append(f'    ("{model_type}", {str(partial).lower()}),')
+        elif "torch.cat((x2, -x1)" in source:
+            other.append(f'    ("{model_type}", "its rotate_half is cat((x2, -x1)): it turns each pair '
+                         f'the other way (by minus the angle)"),')
+        elif "torch.cat((-x2, x1)" not in source:
+            raise SystemExit(f"{model_type}: a rotate_half this script does not know:\n{source}")
+    for model_type, _why in INTERLEAVED_WITHOUT_ROTATE_HALF:
+        interleaved.append(f'    ("{model_type}", false),')
+    interleaved.sort()
+    path = OUT.parent.parent.parent.parent / "src/rotary/hf_config/rotation.rs"
+    path.write_text(
+        "//! Written by `python3 tools/hf_rope_fixtures.py --defaults` (transformers "
+        f"{transformers.__version__}); do not edit.\n\n"
+        "/// `(model_type, a part of the head may rotate)`: the model types whose modeling code rotates\n"
+        "/// adjacent pairs `(x[2i], x[2i + 1])` in place (Cohere's `rotate_half` takes `x[..., ::2]` and\n"
+        "/// `x[..., 1::2]` and repeats cos and sin pair by pair), not Llama's halves. With `true` its\n"
+        "/// `apply_rotary_pos_emb` rotates the first `rotary_dim` dimensions and passes the rest (GLM);\n"
+        "/// with `false` it multiplies the whole head by cos and sin, so a partial rotation fails there.\n"
+        "pub(super) const INTERLEAVED_ROTATION: &[(&str, bool)] = &[\n"
+        + "\n".join(interleaved)
+        + "\n];\n\n"
+        "/// `(model_type, why)`: the model types whose rotation no [`RopeLayout`](crate::RopeLayout) gives.\n"
+        "pub(super) const OTHER_ROTATION: &[(&str, &str)] = &[\n"
+        + "\n".join(other)
+        + "\n];\n"
+    )
+    print(f"{path}: {len(interleaved)} interleaved, {len(other)} other")
 
 
 def random_cases(n, seed):

@@ -5,7 +5,7 @@
 Run by hand, never by CI (CI runs only the Rust side against the committed JSON):
 
     pip install torch transformers==5.24.0
-    python3 tools/hf_rope_fuzz.py                 # writes the committed fixture
+    python3 tools/hf_rope_fuzz.py                 # writes the committed fixture (150 cases)
     cargo test -p burn-positional --test behaviour hf_rope_fuzz
 
     # a wider, uncommitted check:
@@ -19,7 +19,8 @@ Run by hand, never by CI (CI runs only the Rust side against the committed JSON)
 Where `tools/hf_rope_fixtures.py` writes hand-picked cases, this script draws `config.json`s at
 random (seeded) over every `rope_type` and the model types whose config classes differ in how
 they read them (Llama, Mistral, Qwen 2/3, Phi, Phi-3, GPT-NeoX, StableLM, Gemma 1/2/3/4,
-DeepSeek V3, and a multimodal `text_config`), with the edge cases a hand-written config hits:
+DeepSeek V3, Falcon, and a multimodal `text_config`) or rotate differently (Cohere 1/2, GLM 1/4,
+Helium and ERNIE 4.5 pair adjacent dimensions in place), with the edge cases a hand-written config hits:
 optional keys left out (so the config class's defaults are used: `rope_theta`, `head_dim`,
 `max_position_embeddings`, `partial_rotary_factor`, yarn's `truncate` / `beta_*` / `mscale*`,
 longrope's `factor`), the old `rope_scaling` / `type` spelling beside `rope_parameters`,
@@ -32,8 +33,10 @@ For each configuration it builds the model type's own config class (`AutoConfig.
 rotary module, as `tools/hf_rope_fixtures.py` does, and writes transformers' `inv_freq`,
 `attention_scaling`, and, for a few windows of positions (a fresh module each, so the
 length-dependent types see only that call), the window's `inv_freq` and a fixed `q` rotated by
-the model's `apply_rotary_pos_emb` with the module's cos and sin. `q[k] = ((k * 7919) % 23 - 11)
-/ 8` over the flattened `[seq, head_dim]` window (exact in f32), so it is not stored.
+the model's `apply_rotary_pos_emb` with the module's cos and sin (GPT-NeoX's, which also rotates
+part of a head, for the families that pair halves as Llama does; the family's own for those that
+pair adjacent dimensions in place, recorded as `interleaved_rotation`). `q[k] = ((k * 7919) % 23
+- 11) / 8` over the flattened `[seq, head_dim]` window (exact in f32), so it is not stored.
 
 Configurations transformers refuses (it raises) are kept too, with its error: the Rust side
 must refuse them as well.
@@ -62,7 +65,18 @@ ROTARY.update({
     "gemma": ("gemma", "GemmaRotaryEmbedding"),
     "gemma2": ("gemma2", "Gemma2RotaryEmbedding"),
     "stablelm": ("stablelm", "StableLmRotaryEmbedding"),
+    "cohere": ("cohere", "CohereRotaryEmbedding"),
+    "cohere2": ("cohere2", "Cohere2RotaryEmbedding"),
+    "glm": ("glm", "GlmRotaryEmbedding"),
+    "glm4": ("glm4", "Glm4RotaryEmbedding"),
+    "helium": ("helium", "HeliumRotaryEmbedding"),
+    "ernie4_5": ("ernie4_5", "Ernie4_5RotaryEmbedding"),
+    "falcon": ("falcon", "FalconRotaryEmbedding"),
 })
+
+# Model types whose own `rotate_half` pairs adjacent dimensions in place (`x[..., ::2]`,
+# `x[..., 1::2]`): their own `apply_rotary_pos_emb` rotates q, and its output is interleaved too.
+INTERLEAVED_ROTATION = {"cohere", "cohere2", "glm", "glm4", "helium", "ernie4_5"}
 
 # Model types drawn, with their weight. `llava` and `gemma3` stand for multimodal configs
 # whose language model sits under `text_config`.
@@ -70,6 +84,8 @@ MODEL_TYPES = [
     ("llama", 4), ("mistral", 2), ("qwen2", 3), ("qwen3", 2), ("phi3", 3), ("phi", 2),
     ("gpt_neox", 2), ("stablelm", 1), ("gemma", 1), ("gemma2", 1), ("gemma3_text", 3),
     ("gemma4_text", 2), ("deepseek_v3", 2), ("llava", 1), ("gemma3", 1),
+    ("cohere", 3), ("cohere2", 2), ("glm", 2), ("glm4", 2), ("helium", 1), ("ernie4_5", 1),
+    ("falcon", 3),
 ]
 HEAD_DIMS = [4, 6, 8, 10, 12, 16, 20, 24, 32, 128]
 # One window per case starts near one of these: a 1-ulp difference in an inv_freq entry grows
@@ -138,9 +154,27 @@ def draw(rng, i, wide=False):
     heads = rng.choice([1, 2, 4])
     head_dim = rng.choice([64, 128, 256] if wide else HEAD_DIMS)
     raw = {"model_type": model_type, "hidden_size": heads * head_dim, "num_attention_heads": heads}
-    if model_type in ("gemma3_text", "gemma4_text"):
+    if model_type in ("gemma3_text", "gemma4_text", "cohere2"):
         raw["num_hidden_layers"] = 6
-    if model_type in ("gemma", "gemma2", "gemma3_text", "gemma4_text", "qwen3") or maybe(rng, 0.3):
+    if model_type == "falcon":
+        # Falcon's published files: `n_head` and `n_layer` (transformers 5's FalconConfig has no
+        # attribute_map for them: it ignores them and keeps its defaults, 71 heads of 4544), or
+        # the sizes left out.
+        style = rng.choice(["n_head", "n_head", "default", "both"])
+        if style in ("n_head", "default"):
+            heads = 71
+            head_dim = rng.choice([4, 8, 64] if not wide else [64])
+            raw = {"model_type": model_type, "hidden_size": 71 * head_dim}
+            if style == "default":
+                head_dim = 64
+                del raw["hidden_size"]
+            else:
+                raw.update(n_head=71, n_layer=rng.choice([2, 32]))
+        elif style == "both":
+            raw.update(n_head=heads, n_layer=2)
+    # Falcon's `head_dim` is a read-only property: a value in the file makes its class raise.
+    if model_type != "falcon" and (
+            model_type in ("gemma", "gemma2", "gemma3_text", "gemma4_text", "qwen3") or maybe(rng, 0.3)):
         # Explicit, and most often not hidden_size / num_attention_heads; left out sometimes for
         # the classes that default it (Gemma 256, Qwen 3 128).
         if not maybe(rng, 0.15):
@@ -179,14 +213,15 @@ def draw(rng, i, wide=False):
             raw["rope_local_base_freq"] = rng.choice([10000.0, 5000.0])
     elif maybe(rng, 0.75):
         raw["rope_theta"] = theta
-    if model_type in ("phi", "phi3", "stablelm", "llama", "qwen2", "gpt_neox") and maybe(rng, 0.35):
+    if model_type in ("phi", "phi3", "stablelm", "llama", "qwen2", "gpt_neox", "glm", "glm4", "cohere") \
+            and maybe(rng, 0.35):
         partial = rng.choice([0.25, 0.4, 0.5, 0.75, 1.0])
         raw["partial_rotary_factor"] = partial
 
     eff_head = raw.get("head_dim") or head_dim
     if model_type == "deepseek_v3":
         eff_head = raw["qk_rope_head_dim"]
-    eff_partial = partial or {"phi": 0.5, "stablelm": 0.25}.get(model_type, 1.0)
+    eff_partial = partial or {"phi": 0.5, "stablelm": 0.25, "glm": 0.5, "glm4": 0.5}.get(model_type, 1.0)
     if model_type == "gpt_neox":  # its config class ignores a top-level partial_rotary_factor
         eff_partial = raw.get("rotary_pct", 0.25)
     pairs_hint = (int(eff_head * eff_partial) + 1) // 2 if model_type != "phi3" else \
@@ -245,6 +280,8 @@ def rotary(config):
     module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
     from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
 
+    if config.model_type in INTERLEAVED_ROTATION:
+        return getattr(module, class_name)(config), module.apply_rotary_pos_emb
     if getattr(config, "rope_interleave", False):
         from transformers.models.deepseek_v3.modeling_deepseek_v3 import apply_rotary_pos_emb_interleave
 
@@ -280,6 +317,7 @@ def run_case(name, raw, layer_type, rng, far):
         "rotary_class": type(module).__name__,
         "head_dim": head_dim,
         "interleaved_input": bool(getattr(text, "rope_interleave", False)),
+        "interleaved_rotation": text.model_type in INTERLEAVED_ROTATION,
         "inv_freq": flat(inv_freq),
         "attention_factor": float(getattr(module, f"{prefix}attention_scaling")),
         "windows": [],
@@ -301,7 +339,7 @@ def run_case(name, raw, layer_type, rng, far):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=110, help="configurations transformers accepts")
+    parser.add_argument("--cases", type=int, default=150, help="configurations transformers accepts")
     parser.add_argument("--rejected", type=int, default=8, help="configurations it refuses, at most")
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--out", type=pathlib.Path, default=OUT)

@@ -61,7 +61,8 @@ fn token_ids(batch: usize, seq: usize, vocab: usize, device: &Device) -> Tensor<
 fn learned_rows(embed: &burn_positional::EmbeddingWithPosition, seq: usize) -> Tensor<3> {
     embed
         .position
-        .rows(0, seq)
+        .vectors(0..seq)
+        .unwrap()
         .expect("a learned table")
         .detach()
         .unsqueeze::<3>()

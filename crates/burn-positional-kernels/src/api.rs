@@ -21,7 +21,8 @@ pub enum Positions {
     /// `Offset(k)` serves incremental decoding: the forward at offset `k` equals rows `k..` of
     /// the forward of the whole sequence. Computed in the kernel: no position tensor is built.
     Offset(usize),
-    /// One position per token, `[batch, seq]`, for example for left-padded batches.
+    /// One position per token, `[batch, seq]`, for example for left-padded batches; or one row
+    /// `[1, seq]` shared by every row of the batch.
     Explicit(Tensor<2, Int>),
 }
 
@@ -94,9 +95,10 @@ pub enum FusedEmbeddingError {
         /// The largest position (`i32::MAX`).
         limit: i64,
     },
-    /// Explicit positions whose shape is not the ids'.
+    /// Explicit positions whose shape is neither the ids' nor `[1, seq]`.
     #[error(
-        "explicit positions are {got:?} but the ids are {expected:?}; give one position per token"
+        "explicit positions are {got:?} but the ids are {expected:?}; give one position per \
+         token, or one row [1, seq] shared by the batch"
     )]
     PositionsShape {
         /// The ids' shape.
@@ -377,6 +379,27 @@ pub fn fused_covers(device: &Device) -> bool {
         #[cfg(feature = "ndarray")]
         burn::backend::DispatchDevice::NdArray(_) => true,
         _ => false,
+    }
+}
+
+/// The largest buffer, in bytes, that `device` allocates in one piece, where its backend states
+/// one: the CubeCL backends (wgpu: the adapter's storage-buffer binding limit, 256 MiB by
+/// default on many adapters; CUDA). `None` on the CPU backends, which are bounded by host
+/// memory alone, and on backends this crate was built without.
+///
+/// ```
+/// use burn::prelude::*;
+///
+/// assert_eq!(burn_positional_kernels::max_buffer_bytes(&Device::flex()), None);
+/// ```
+pub fn max_buffer_bytes(device: &Device) -> Option<u64> {
+    #[allow(unreachable_patterns)]
+    match device.as_dispatch().clone().inner() {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        burn::backend::DispatchDevice::Cube(device) => {
+            Some(device.client().properties().memory.max_page_size)
+        }
+        _ => None,
     }
 }
 

@@ -51,7 +51,7 @@ fn token_table_grad<B: Backend>(
     let fd = FloatDType::from(grad.dtype());
     let ok = id_ok::<B>(ids.clone(), vocab_size, bd);
     let safe_ids = B::int_mask_fill(ids.clone(), B::bool_not(ok.clone()), Scalar::from(0i64));
-    let keep = token_keep::<B>(ids, ok, options, bd, fd);
+    let keep = token_keep::<B>(ids, ok, options.padding_idx, options, bd, fd);
     let keep = B::float_expand(keep, Shape::new([batch, seq, d_token]));
     B::embedding_backward(tokens.clone(), B::float_mul(grad, keep), safe_ids)
 }

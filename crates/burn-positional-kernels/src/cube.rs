@@ -52,7 +52,6 @@ fn fused_embedding_kernel<F: Float, I: Int, N: Size>(
     position_row_stride: u32,
     max_len: u32,
     offset: i32,
-    padding_idx: i32,
     scale: f32,
     nan: f32,
     #[comptime] concat: bool,
@@ -84,9 +83,10 @@ fn fused_embedding_kernel<F: Float, I: Int, N: Size>(
     let mut value = Vector::<F, N>::new(F::new(0.0));
     // Token part.
     if col < d_token_vectors {
+        // The padding id's row as stored (PyTorch's `padding_idx`): only its gradient differs.
         if !id_ok {
             value = nan;
-        } else if id != I::cast_from(padding_idx) {
+        } else {
             value = tokens[usize::cast_from(id) * d_token_vectors + col]
                 * Vector::<F, N>::new(F::cast_from(scale));
         }
@@ -232,9 +232,6 @@ fn launch(
             },
             u32_of(dims.max_len, "max_len"),
             i32::try_from(args.offset()).expect("fused_embedding: offset exceeds i32"),
-            args.options
-                .padding_idx
-                .map_or(-1, |p| i32::try_from(p).unwrap_or(-1)),
             args.options.scale,
             f32::NAN,
             matches!(args.options.combine, Combine::Concat { .. }),

@@ -40,7 +40,8 @@ use burn::backend::{
 /// - output 1 (status): `[batch, seq]`, dtype of `ids`; see
 ///   [`STATUS_BAD_ID`](crate::STATUS_BAD_ID), [`STATUS_BAD_POSITION`](crate::STATUS_BAD_POSITION)
 ///
-/// Output 0, for a good token: `tokens[id] * scale` (zero when `id == padding_idx`) combined with
+/// Output 0, for a good token: `tokens[id] * scale` (the stored row for `padding_idx` too, as
+/// PyTorch's; only its gradient is zero) combined with
 /// `table[position]`. The part with no valid source (a bad id's token part, a bad position's
 /// position part) is NaN.
 ///
@@ -56,7 +57,7 @@ use burn::backend::{
     Autodiff: cfg(feature = "autodiff")
 )]
 pub(crate) trait PositionalKernels: Backend {
-    /// Token row (scaled, padding zeroed) combined with a row of the position table.
+    /// Token row (scaled) combined with a row of the position table.
     #[fusion(meta = options::meta)]
     fn fused_embedding(
         tokens: FloatTensor<Self>,

@@ -127,7 +127,6 @@ fn fused_embedding_host(
     // written once rather than zeroed and then written.
     let mut output = output_buffer(output_len);
     let mut status = vec![0i32; batch * seq];
-    let padding = options.padding_idx.map(|p| p as i64);
     let offset = args.offset();
     let sequential = args.sequential();
     let pos_offset = match options.combine {
@@ -149,7 +148,8 @@ fn fused_embedding_host(
         *flag = (if id_ok { 0 } else { STATUS_BAD_ID }
             + if pos_ok { 0 } else { STATUS_BAD_POSITION }) as i32;
 
-        let has_token = id_ok && Some(id) != padding;
+        // The padding id's row as stored (PyTorch's `padding_idx`): only its gradient differs.
+        let has_token = id_ok;
         let token_row = || &tokens[id as usize * d_token..(id as usize + 1) * d_token];
         let position_row = || &table[p as usize * d_position..(p as usize + 1) * d_position];
         // The common case in one pass: a table row added to a token row.
@@ -157,7 +157,7 @@ fn fused_embedding_host(
             scaled_sum(out, token_row(), options.scale, position_row());
             return;
         }
-        // Every column is written here: the token part (zero for padding, NaN for a bad id),
+        // Every column is written here: the token part (NaN for a bad id),
         // then the position part (added for Add, copied for Concat, NaN for a bad position).
         let (token_part, rest) = out.split_at_mut(d_token);
         if has_token {

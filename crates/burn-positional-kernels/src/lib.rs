@@ -50,7 +50,7 @@ mod reference;
 #[doc(hidden)]
 pub use api::fused_calls;
 pub use api::{
-    FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding,
+    FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding, max_buffer_bytes,
     reference_embedding, try_fused_embedding,
 };
 pub use attention::{AttentionBias, tiled_attention};

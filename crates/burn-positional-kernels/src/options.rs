@@ -35,8 +35,10 @@ pub enum Combine {
 pub struct FusedEmbeddingOptions {
     /// Multiplier of the token vectors (1, or `sqrt(d_model)`).
     pub scale: f32,
-    /// A token id whose token vector is zero and receives no gradient. Its position is still
-    /// combined.
+    /// A token id whose row of the token table receives no gradient, as PyTorch's
+    /// `nn.Embedding(padding_idx=..)`: the forward returns its stored row (scaled, combined with
+    /// its position as any token's), which stays what it was at init (zero, as the layer builds
+    /// it) unless a checkpoint says otherwise.
     pub padding_idx: Option<usize>,
     /// Add or concatenate.
     pub combine: Combine,

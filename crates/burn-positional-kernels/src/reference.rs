@@ -35,17 +35,19 @@ pub(crate) fn position_ok<B: Backend>(
     B::bool_and(low, high)
 }
 
-/// The multiplier of each token row: `scale` for a good, non-padding id, else 0.
-/// `[batch, seq, 1]`, float.
+/// The multiplier of each token row: `scale` for a good id, else 0; with `padding`, 0 for the
+/// padding id too (what its gradient gets: the forward returns the padding row as stored, as
+/// PyTorch's `padding_idx` does). `[batch, seq, 1]`, float.
 pub(crate) fn token_keep<B: Backend>(
     ids: IntTensor<B>,
     ok: BoolTensor<B>,
+    padding: Option<usize>,
     options: &FusedEmbeddingOptions,
     bool_dtype: BoolDType,
     float_dtype: FloatDType,
 ) -> FloatTensor<B> {
     let [batch, seq] = ids.shape().dims();
-    let keep = match options.padding_idx {
+    let keep = match padding {
         Some(pad) => B::bool_and(
             ok,
             B::int_not_equal_elem(ids, Scalar::from(pad as i64), bool_dtype),
@@ -127,14 +129,32 @@ pub(crate) fn fused_embedding<B: Backend>(
     let fd = FloatDType::from(tokens.dtype());
     let id_dtype = IntDType::from(ids.dtype());
 
-    // Token part: gather with out-of-range ids redirected to row 0, scaled (padding zeroed),
-    // NaN where the id is bad.
+    // Token part: gather with out-of-range ids redirected to row 0, scaled (the padding row as
+    // stored, as PyTorch returns it), NaN where the id is bad.
     let ok = id_ok::<B>(ids.clone(), vocab_size, bd);
     let safe_ids = B::int_mask_fill(ids.clone(), B::bool_not(ok.clone()), Scalar::from(0i64));
     let token_rows = B::embedding(tokens, safe_ids); // [batch, seq, d_token]
-    let keep = token_keep::<B>(ids.clone(), ok.clone(), options, bd, fd);
-    let keep = B::float_expand(keep, Shape::new([batch, seq, d_token]));
-    let token_part = nan_where_not::<B>(B::float_mul(token_rows, keep), ok.clone());
+    let expand = |keep| B::float_expand(keep, Shape::new([batch, seq, d_token]));
+    // Tracked for every good id but the padding one (on `Autodiff<B>` the gradient comes from
+    // these ops, so the padding row gets none)...
+    let keep = token_keep::<B>(
+        ids.clone(),
+        ok.clone(),
+        options.padding_idx,
+        options,
+        bd,
+        fd,
+    );
+    let mut token_part = B::float_mul(token_rows.clone(), expand(keep));
+    if let Some(pad) = options.padding_idx {
+        // ... and the padding row as stored, detached.
+        let is_pad = B::int_equal_elem(ids.clone(), Scalar::from(pad as i64), bd);
+        let is_pad = B::float_reshape(B::bool_into_float(is_pad, fd), Shape::new([batch, seq, 1]));
+        let is_pad = B::float_mul_scalar(is_pad, Scalar::from(options.scale));
+        let pad_part = B::float_detach(B::float_mul(token_rows, expand(is_pad)));
+        token_part = B::float_add(token_part, pad_part);
+    }
+    let token_part = nan_where_not::<B>(token_part, ok.clone());
     let bad_id = B::bool_into_int(B::bool_not(ok), id_dtype);
 
     let Some(table) = table else {

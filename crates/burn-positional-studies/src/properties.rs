@@ -203,13 +203,10 @@ impl SchemeProbe {
     pub fn signatures(&self, positions: Range<usize>) -> Result<Vec<Vec<f32>>, PositionError> {
         let len = positions.len();
         match &self.probe {
-            Probe::Absolute(position) => {
-                position.check(positions.end as i64 - 1)?;
-                Ok(match position.rows(positions.start, len) {
-                    Some(rows) => to_host(rows),
-                    None => vec![vec![0.0; self.config.d_model]; len],
-                })
-            }
+            Probe::Absolute(position) => Ok(match position.vectors(positions.clone())? {
+                Some(rows) => to_host(rows),
+                None => vec![vec![0.0; self.config.d_model]; len],
+            }),
             Probe::Rope(rope) => {
                 let heads = self.rotated(rope, positions.start, len, 0);
                 Ok((0..len)
@@ -576,7 +573,7 @@ pub fn closest_combination(
         .with_scheme(parts.embedding)
         .try_init(device)?;
     let tokens = to_host(embed.tokens.val());
-    let positions = match embed.position.rows(0, config.length) {
+    let positions = match embed.position.vectors(0..config.length)? {
         Some(rows) => to_host(rows),
         None => vec![vec![0.0; config.d_model]; config.length],
     };

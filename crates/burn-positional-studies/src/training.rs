@@ -11,9 +11,9 @@ use burn::store::RecordError;
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::Dataset;
 
+use crate::PositionError;
 use crate::copy_back::{CopyBackBatch, CopyBackBatcher, CopyBackConfig, CopyBackDataset};
 use crate::tagger::{TokenTagger, TokenTaggerConfig};
-use crate::PositionError;
 use burn_positional::training::read_record;
 
 /// Everything a training run depends on; saved as `config.json` beside the model.

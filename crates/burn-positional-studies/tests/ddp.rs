@@ -30,8 +30,11 @@ fn ddp_on_cuda_trains_like_one_device() {
         .unwrap_or(1);
     let device = Device::cuda(0);
     let task = CopyBackConfig::new();
-    let encoder = EncoderConfig::new(task.vocab_size, burn_positional::AbsolutePositionConfig::None)
-        .with_position(Scheme::Learned, task.seq);
+    let encoder = EncoderConfig::new(
+        task.vocab_size,
+        burn_positional::AbsolutePositionConfig::None,
+    )
+    .with_position(Scheme::Learned, task.seq);
     let config = TrainingConfig::new(TokenTaggerConfig::new(encoder), task).with_steps(600);
     let dir = tempfile::tempdir().unwrap();
     let mut rates = Vec::new();

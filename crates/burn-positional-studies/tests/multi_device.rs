@@ -29,7 +29,7 @@ use burn::train::{
     MultiDeviceOptim, SupervisedTraining, TrainStep,
 };
 use burn_positional::SinusoidalConfig;
-use burn_positional::{LearnedConfig, AbsolutePositionConfig, ScoreBiasConfig, T5BiasConfig};
+use burn_positional::{AbsolutePositionConfig, LearnedConfig, ScoreBiasConfig, T5BiasConfig};
 use burn_positional_examples::classifier::SequenceClassifierConfig;
 use burn_positional_examples::encoder::EncoderConfig;
 use burn_positional_examples::who_bites_whom::{self, SentenceBatcher};

@@ -27,7 +27,7 @@ use burn::tensor::{DType, Device};
 
 /// Squares kept per shape cache: one per device (with or without autodiff), dtype and variant,
 /// for up to this many of them; past it the least recently used goes.
-pub(crate) const CACHED_SQUARES: usize = 16;
+pub const CACHED_SQUARES: usize = 16;
 
 /// Tables kept per [`Grown`]: one. Each may reach [`GROWN_TABLE_VALUES`](crate::GROWN_TABLE_VALUES)
 /// values, so a request under another key (a device move, another dtype) replaces it.

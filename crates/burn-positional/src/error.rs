@@ -1,5 +1,8 @@
-//! One error type for every input that comes from outside the program: token ids from a
-//! tokenizer, position ids from a batcher, a config file, a saved record.
+//! The layer's error type for input that comes from outside the program: token ids from a
+//! tokenizer, position ids from a batcher, a config, a saved record. Two readers of files have
+//! error types of their own, for what only they can find wrong: [`HfConfigError`](crate::HfConfigError)
+//! (a `config.json`) and `pretrained::PretrainedError` (a checkpoint). The kernels crate's
+//! `FusedEmbeddingError` is converted into this type before a user sees it.
 //!
 //! Each message names the offending value, the limit it broke and the fix. The panicking
 //! entry points (`init`, `forward`, ...) panic with the same message, so a programming error
@@ -56,14 +59,15 @@ pub enum PositionError {
     },
 
     /// An explicit position is past the sinusoidal table on the device, in a forward that reads
-    /// nothing back and so cannot grow the table to it.
+    /// nothing back and so cannot grow the table to it. The fix named depends on `max_len`: a
+    /// position past it needs `max_len` raised too (`try_forward` refuses it as well).
     #[error(
         "position {position} at [batch {batch}, index {index}] is past the sinusoidal table on \
          the device ({table_len} rows), and `forward` does not read positions back to grow it. \
-         Fix: raise `SinusoidalConfig::cache_len` to at least {needed}, or embed through \
-         `try_forward`, which grows the table to the largest position it is given",
+         Fix: {fix}",
         batch = .at[0],
-        index = .at[1]
+        index = .at[1],
+        fix = sinusoid_table_fix(.needed, .max_len)
     )]
     PositionPastSinusoidTable {
         /// The offending position.
@@ -74,6 +78,8 @@ pub enum PositionError {
         table_len: usize,
         /// The `cache_len` that would hold it.
         needed: usize,
+        /// The most rows the table grows to ([`SinusoidalConfig::max_len`](crate::SinusoidalConfig::max_len)).
+        max_len: usize,
     },
 
     /// A position at or past the most rows the sinusoidal table grows to.
@@ -282,23 +288,49 @@ impl From<FusedEmbeddingError> for PositionError {
             FusedEmbeddingError::OffsetTooLarge { offset, seq, limit } => {
                 Self::OffsetTooLarge { offset, seq, limit }
             }
-            FusedEmbeddingError::PositionsShape { expected, got } => Self::ShapeMismatch {
-                what: "explicit position ids must have the token ids' shape [batch, seq]",
-                expected: expected.to_vec(),
-                got: got.to_vec(),
-                fix: "give one position per token",
-            },
+            FusedEmbeddingError::PositionsShape { expected, got } => {
+                Self::positions_shape(expected, got)
+            }
         }
     }
 }
 
 /// `" at [batch b, index i]"` for a known place, nothing otherwise.
+/// The fix for a position past the sinusoidal table in a forward that does not read: one that
+/// `validate` accepts (`cache_len` may not pass `max_len`).
+fn sinusoid_table_fix(needed: &usize, max_len: &usize) -> String {
+    if needed <= max_len {
+        return format!(
+            "raise `SinusoidalConfig::cache_len` to at least {needed}, or embed through \
+             `try_forward`, which grows the table to the largest position it is given"
+        );
+    }
+    format!(
+        "the position is also past the table's limit, max_len = {max_len} rows, which \
+         `try_forward` refuses too: raise `SinusoidalConfig::max_len` to at least {needed} (and \
+         `cache_len` with it, or embed through `try_forward`), or restart positions from 0 (a \
+         window of the sequence)"
+    )
+}
+
 fn place(at: &Option<[usize; 2]>) -> String {
     at.map(|[batch, index]| format!(" at [batch {batch}, index {index}]"))
         .unwrap_or_default()
 }
 
 impl PositionError {
+    /// Explicit positions that are neither `[batch, seq]` nor `[1, seq]`: decided here, for the
+    /// fused path and the reference twin alike.
+    pub(crate) fn positions_shape(expected: [usize; 2], got: [usize; 2]) -> Self {
+        Self::ShapeMismatch {
+            what: "explicit position ids must have the token ids' shape [batch, seq], or [1, seq] \
+                   (shared by the batch)",
+            expected: expected.to_vec(),
+            got: got.to_vec(),
+            fix: "give one position per token, or one row of positions for the whole batch",
+        }
+    }
+
     pub(crate) fn odd(what: &'static str, value: usize) -> Self {
         Self::OddDimension {
             what,

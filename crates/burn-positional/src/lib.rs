@@ -65,7 +65,7 @@ pub use score_bias::{Alibi, AlibiConfig, ScoreBias, ScoreBiasConfig, T5Bias, T5B
 #[doc(hidden)]
 pub mod testing {
     pub use crate::cache::{CACHED_SQUARES, shape_cache_builds};
-    pub use crate::embedding::KEPT_STATUSES;
+    pub use crate::embedding::status::KEPT_STATUSES;
     pub use crate::limits::{GROWN_TABLE_VALUES, MAX_TABLE_VALUES};
     pub use burn_positional_kernels::fused_calls;
 }
@@ -77,7 +77,7 @@ const _: () = {
     shared::<EmbeddingWithPosition>();
     shared::<SelfAttention>();
     shared::<AbsolutePosition>();
-        shared::<SinusoidalPosition>();
+    shared::<SinusoidalPosition>();
     shared::<LearnedPosition>();
     shared::<T5Bias>();
     shared::<Alibi>();

@@ -9,13 +9,13 @@ use crate::PositionError;
 /// The most values one table (token table, learned position table, precomputed cache, weight
 /// matrix) may hold: 2^32, 16 GiB in f32. The largest tables of released models are far below
 /// it (a 256 000-token vocabulary at width 8192 is 2^31 values).
-pub(crate) const MAX_TABLE_VALUES: usize = 1 << 32;
+pub const MAX_TABLE_VALUES: usize = 1 << 32;
 
 /// The most values a table that the layer grows by itself on demand (the sinusoid rows past
 /// the cache, RoPE's angles past theirs) may reach when its config sets no limit: 2^26, 256
 /// MiB in f32, the largest buffer wgpu guarantees on every adapter. For the sinusoidal table
 /// of width `d_position` that is `2^26 / d_position` rows (65 536 at width 1024).
-pub(crate) const GROWN_TABLE_VALUES: usize = 1 << 26;
+pub const GROWN_TABLE_VALUES: usize = 1 << 26;
 
 /// Refuses a `rows x cols` table whose size overflows or passes [`MAX_TABLE_VALUES`].
 pub(crate) fn table_fits(

@@ -89,7 +89,7 @@ pub(crate) fn record_detail(err: burn::store::RecordError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EmbeddingWithPositionConfig, AbsolutePositionConfig, SelfAttentionConfig};
+    use crate::{AbsolutePositionConfig, EmbeddingWithPositionConfig, SelfAttentionConfig};
 
     /// Seed, init A, seed, init B, then read B before A: equal only if `init` drew the values.
     #[test]
@@ -97,7 +97,9 @@ mod tests {
         let device = Device::flex();
         let build = || {
             EmbeddingWithPositionConfig::new(20, 8)
-                .with_scheme(AbsolutePositionConfig::Learned(crate::LearnedConfig::new(12)))
+                .with_scheme(AbsolutePositionConfig::Learned(crate::LearnedConfig::new(
+                    12,
+                )))
                 .init(&device)
         };
         device.seed(42);

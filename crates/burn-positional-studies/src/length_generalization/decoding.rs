@@ -32,7 +32,7 @@ pub fn greedy(
     model.body.embed.check_inputs()?; // earlier forwards are not ours to report
     // The last answer token is predicted, never read: the model reads prompt + steps - 1.
     let read = prompt + steps.saturating_sub(1);
-    model.body.embed.position.check_window(0, read)?;
+    model.body.embed.position.vectors(0..read)?;
     let argmax_last = |logits: Tensor<3>| {
         let [b, s, v] = logits.dims();
         logits

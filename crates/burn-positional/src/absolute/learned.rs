@@ -6,14 +6,14 @@
 
 use crate::training::materialize;
 use burn::config::Config;
-use burn::module::{Module, Param};
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay, Param};
 use burn::nn::Initializer;
 use burn::tensor::module::embedding;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::limits::table_fits;
 use super::{SinusoidalConfig, sinusoid_rows};
 use crate::PositionError;
+use crate::limits::table_fits;
 
 /// How a learned table starts.
 #[derive(Config, Debug, PartialEq)]
@@ -51,9 +51,26 @@ pub struct LearnedConfig {
 /// assert!(table.check(128).is_err()); // no row 128: a clear error, never a stray read
 /// ```
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct LearnedPosition {
     /// `[max_len, d_position]`, trained and saved.
     pub table: Param<Tensor<2>>,
+}
+
+impl ModuleDisplay for LearnedPosition {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        let [max_len, d_position] = self.table.shape().dims();
+        content
+            .add("max_len", &max_len)
+            .add("d_position", &d_position)
+            .optional()
+    }
 }
 
 impl LearnedConfig {

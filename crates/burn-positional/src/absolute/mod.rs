@@ -11,8 +11,9 @@
 //! the attention block; for them the embedding's scheme is `None`.
 
 use burn::config::Config;
-use burn::module::Module;
-use burn::tensor::{Device, Int, Tensor};
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
+use burn::tensor::{DType, Device, Int, Tensor};
+use burn_positional_kernels::FusedEmbeddingError;
 
 mod learned;
 mod sinusoidal;
@@ -20,7 +21,7 @@ mod sinusoidal;
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
 pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_frequencies, sinusoid_rows};
 
-use crate::PositionError;
+use crate::{PositionError, Positions};
 
 /// Which absolute position scheme an embedding uses.
 #[derive(Config, Debug, PartialEq)]
@@ -87,13 +88,14 @@ pub struct NoPosition {}
 /// let device = Device::flex();
 /// for scheme in [SinusoidalConfig::new().into(), LearnedConfig::new(64).into()] {
 ///     let position = AbsolutePositionConfig::init(&scheme, 16, &device);
-///     assert_eq!(position.rows(8, 4).unwrap().dims(), [4, 16]);
+///     assert_eq!(position.vectors(8..12).unwrap().unwrap().dims(), [4, 16]);
 /// }
-/// assert!(AbsolutePositionConfig::None.init(16, &device).rows(0, 4).is_none());
+/// assert!(AbsolutePositionConfig::None.init(16, &device).vectors(0..4).unwrap().is_none());
 /// ```
 // One per model, matched on every forward: boxing the large variant buys nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub enum AbsolutePosition {
     /// No position vectors.
     None(NoPosition),
@@ -103,9 +105,123 @@ pub enum AbsolutePosition {
     Learned(LearnedPosition),
 }
 
+impl ModuleDisplay for AbsolutePosition {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        // The scheme's own module says the rest.
+        match self {
+            Self::None(_) => content.set_top_level_type("None").optional(),
+            Self::Sinusoidal(table) => {
+                table.custom_content(content.set_top_level_type("SinusoidalPosition"))
+            }
+            Self::Learned(table) => {
+                table.custom_content(content.set_top_level_type("LearnedPosition"))
+            }
+        }
+    }
+}
+
+/// What the embedding asks of its scheme: the one place a new absolute scheme answers it.
 impl AbsolutePosition {
+    /// The table the fused pass reads, in `dtype` (a learned table in its own), or `None` for
+    /// `None`. Explicit positions see `explicit_rows` rows where the scheme grows (`None`: as
+    /// many as a forward that does not read them sees; see
+    /// [`SinusoidalPosition::unread_rows`]). No read.
+    pub(crate) fn fused_table(
+        &self,
+        positions: &Positions,
+        seq: usize,
+        dtype: DType,
+        explicit_rows: Option<usize>,
+    ) -> Option<Tensor<2>> {
+        match self {
+            Self::None(_) => None,
+            Self::Learned(table) => Some(table.table.val()),
+            Self::Sinusoidal(table) => {
+                Some(table.fused_table(positions, seq, dtype, explicit_rows))
+            }
+        }
+    }
+
+    /// For explicit positions up to `max_position` that passed the fused pass's table: the rows
+    /// to run again with, where the scheme can grow to them (`Ok(None)` where it cannot, a
+    /// learned table), or the error past its limit.
+    pub(crate) fn grow_to(&self, max_position: i64) -> Result<Option<usize>, PositionError> {
+        match self {
+            Self::Sinusoidal(table) => {
+                table.check(max_position)?;
+                Ok(Some(max_position as usize + 1))
+            }
+            Self::None(_) | Self::Learned(_) => Ok(None),
+        }
+    }
+
+    /// The kernels' error in the scheme's words (a table's limit and its fix depend on it).
+    pub(crate) fn name_error(&self, err: FusedEmbeddingError) -> PositionError {
+        match (err, self) {
+            (
+                FusedEmbeddingError::PositionPastTable {
+                    position,
+                    at,
+                    max_len,
+                },
+                Self::Sinusoidal(table),
+            ) => PositionError::PositionPastSinusoidTable {
+                position,
+                at,
+                table_len: max_len,
+                needed: position as usize + 1,
+                max_len: table.max_len(),
+            },
+            (err, _) => err.into(),
+        }
+    }
+
+    /// The dtype of a trained table, which must be the token table's (`None`: no trained table).
+    pub(crate) fn trained_dtype(&self) -> Option<DType> {
+        match self {
+            Self::Learned(table) => Some(table.table.val().dtype()),
+            Self::None(_) | Self::Sinusoidal(_) => None,
+        }
+    }
+
+    /// The position vectors at `positions` (`None` for the `None` scheme), or the error for a
+    /// range the scheme has no vectors for (past a learned table's `max_len`, past the
+    /// sinusoidal limit), before anything is allocated.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[positions.len(), d_position]`
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::{LearnedConfig, PositionError, AbsolutePositionConfig};
+    ///
+    /// let device = Device::flex();
+    /// let learned = AbsolutePositionConfig::from(LearnedConfig::new(32)).init(8, &device);
+    /// assert_eq!(learned.vectors(24..32).unwrap().unwrap().dims(), [8, 8]);
+    /// let err = learned.vectors(30..38).unwrap_err();
+    /// assert_eq!(
+    ///     err,
+    ///     PositionError::PositionPastTable { position: 32, at: None, max_len: 32, needed: 38 }
+    /// );
+    /// ```
+    pub fn vectors(
+        &self,
+        positions: std::ops::Range<usize>,
+    ) -> Result<Option<Tensor<2>>, PositionError> {
+        let seq = positions.len();
+        self.check_window(positions.start, seq)?;
+        Ok(self.rows(positions.start, seq))
+    }
+
     /// Refuses positions the scheme has no vector for. `max_position` is the largest one asked.
-    pub fn check(&self, max_position: i64) -> Result<(), PositionError> {
+    pub(crate) fn check(&self, max_position: i64) -> Result<(), PositionError> {
         match self {
             Self::Learned(table) => table.check(max_position),
             Self::Sinusoidal(table) => table.check(max_position),
@@ -116,20 +232,7 @@ impl AbsolutePosition {
     /// Refuses the window `offset..offset + seq` if the scheme has no vector for part of it,
     /// with no read and no allocation: the error names the first position without a vector and
     /// the limit that would hold the whole window (`offset + seq`).
-    ///
-    /// ```
-    /// use burn::prelude::*;
-    /// use burn_positional::{LearnedConfig, PositionError, AbsolutePositionConfig};
-    ///
-    /// let device = Device::flex();
-    /// let learned = AbsolutePositionConfig::from(LearnedConfig::new(32)).init(8, &device);
-    /// let err = learned.check_window(30, 8).unwrap_err();
-    /// assert_eq!(
-    ///     err,
-    ///     PositionError::PositionPastTable { position: 32, at: None, max_len: 32, needed: 38 }
-    /// );
-    /// ```
-    pub fn check_window(&self, offset: usize, seq: usize) -> Result<(), PositionError> {
+    pub(crate) fn check_window(&self, offset: usize, seq: usize) -> Result<(), PositionError> {
         let limit = match self {
             Self::None(_) => return Ok(()),
             Self::Learned(table) => table.max_len(),
@@ -160,7 +263,7 @@ impl AbsolutePosition {
     /// # Shapes
     ///
     /// - output: `[seq, d_position]`
-    pub fn rows(&self, offset: usize, seq: usize) -> Option<Tensor<2>> {
+    pub(crate) fn rows(&self, offset: usize, seq: usize) -> Option<Tensor<2>> {
         match self {
             Self::None(_) => None,
             Self::Sinusoidal(table) => Some(table.rows(offset, seq)),
@@ -174,7 +277,11 @@ impl AbsolutePosition {
     ///
     /// - positions: `[batch, seq]`
     /// - output: `[batch, seq, d_position]`
-    pub fn gather(&self, positions: Tensor<2, Int>, max_position: usize) -> Option<Tensor<3>> {
+    pub(crate) fn gather(
+        &self,
+        positions: Tensor<2, Int>,
+        max_position: usize,
+    ) -> Option<Tensor<3>> {
         match self {
             Self::None(_) => None,
             Self::Sinusoidal(table) => Some(table.gather(positions, max_position)),

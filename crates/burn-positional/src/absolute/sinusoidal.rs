@@ -16,13 +16,13 @@
 //! position, the limit and the fix, before anything is allocated.
 
 use burn::config::Config;
-use burn::module::Module;
+use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::tensor::module::embedding;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
-use crate::PositionError;
 use crate::cache::{DeviceKey, Grown};
 use crate::limits::{GROWN_TABLE_VALUES, table_fits};
+use crate::{PositionError, Positions};
 
 /// Configuration of the sinusoidal scheme. Its width comes from the embedding it belongs to.
 #[derive(Config, Debug, PartialEq)]
@@ -67,20 +67,43 @@ pub struct SinusoidalConfig {
 /// let positions = Tensor::<2, Int>::from_data([[0, 7], [3, 200_000]], &device);
 /// assert_eq!(table.gather(positions, 200_000).dims(), [2, 2, 16]);
 /// ```
+///
+/// Its fields are private: the grown table is keyed by device and dtype only, so changing the
+/// base or the cache in place would mix old rows with new ones. Build another table from a
+/// config instead; read them through [`base`](Self::base), [`d_position`](Self::d_position),
+/// [`cache`](Self::cache).
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct SinusoidalPosition {
     /// `[cache_len, d_position]`: the first rows of the table.
-    pub cache: Tensor<2>,
+    cache: Tensor<2>,
     /// The width of one position vector.
-    pub d_position: usize,
+    d_position: usize,
     /// The wavelength base.
-    pub base: f64,
+    base: f64,
     /// The most rows the table grows to (see [`SinusoidalConfig::max_len`]).
     max_len: usize,
     /// The table grown past `cache` (or cast to another dtype), shared by clones of the module.
     /// Not saved: it is recomputed from the formula.
     #[module(skip)]
     grown: Grown<Tensor<2>>,
+}
+
+impl ModuleDisplay for SinusoidalPosition {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new()
+            .with_new_line_after_attribute(false)
+            .optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        content
+            .add("d_position", &self.d_position)
+            .add("base", &self.base)
+            .add("cache_len", &self.cache.dims()[0])
+            .add("max_len", &self.max_len)
+            .optional()
+    }
 }
 
 impl SinusoidalConfig {
@@ -190,7 +213,7 @@ impl SinusoidalPosition {
     /// # Panics
     ///
     /// If `len` passes [`max_len`](Self::max_len) (call [`check`](Self::check) first).
-    pub fn table(&self, len: usize, dtype: DType) -> Tensor<2> {
+    pub(crate) fn table(&self, len: usize, dtype: DType) -> Tensor<2> {
         if let Err(err) = self.check(len.saturating_sub(1) as i64) {
             panic!("{err}");
         }
@@ -223,6 +246,58 @@ impl SinusoidalPosition {
             *grown = Some(table.clone());
             table
         })
+    }
+
+    /// Rows that explicit positions see in a forward that does not read them back: the
+    /// precomputed `cache_len`, or `seq` if longer (which holds every left-padded batch), up to
+    /// [`max_len`](Self::max_len). Never what earlier calls grew the device table to, so that the
+    /// same positions get the same answer whatever came before (and on whichever device).
+    pub(crate) fn unread_rows(&self, seq: usize) -> usize {
+        self.cache.dims()[0].max(seq).min(self.max_len)
+    }
+
+    /// The device table a fused pass reads, in `dtype`: rows up to an offset window's end
+    /// (grown if needed; checked beforehand), or for explicit positions exactly `explicit_rows`
+    /// rows (`None`: [`unread_rows`](Self::unread_rows)), a slice of the grown table if it is
+    /// longer. No read.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[rows, d_position]`
+    pub(crate) fn fused_table(
+        &self,
+        positions: &Positions,
+        seq: usize,
+        dtype: DType,
+        explicit_rows: Option<usize>,
+    ) -> Tensor<2> {
+        let len = match positions {
+            Positions::Offset(offset) => offset + seq,
+            Positions::Explicit(_) => explicit_rows.unwrap_or_else(|| self.unread_rows(seq)),
+        };
+        let table = self.table(len, dtype);
+        match positions {
+            Positions::Explicit(_) if table.dims()[0] > len => {
+                table.slice([0..len, 0..self.d_position])
+            }
+            _ => table,
+        }
+    }
+
+    /// The wavelength base.
+    pub fn base(&self) -> f64 {
+        self.base
+    }
+
+    /// The width of one position vector.
+    pub fn d_position(&self) -> usize {
+        self.d_position
+    }
+
+    /// The precomputed first rows, `[cache_len, d_position]`: a constant (not trained, not
+    /// saved).
+    pub fn cache(&self) -> &Tensor<2> {
+        &self.cache
     }
 
     /// The most rows the table grows to: positions must lie in `0..max_len`.

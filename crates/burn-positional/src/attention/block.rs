@@ -10,11 +10,11 @@ use burn::tensor::{Bool, Shape, Tensor};
 
 use super::kv_cache::BlockId;
 use super::mask::CausalMasks;
-use crate::score_bias::cast;
 use super::tiled::{CompactBias, tile_rows, tiled_attention};
 use super::{AttentionInput, AttentionOutput, KvCache};
-use crate::ScoreBias;
 use crate::Rope;
+use crate::ScoreBias;
+use crate::score_bias::cast;
 
 /// A small self-attention block: multi-head attention and a feed-forward, each behind a
 /// pre-norm residual (as in GPT-2 and most models since).
@@ -45,8 +45,10 @@ use crate::Rope;
 ///   queries; in training one graph node whose backward recomputes each tile, see
 ///   [`SelfAttentionConfig::tile_rows`](crate::SelfAttentionConfig::tile_rows)).
 ///   [`forward_weights`](SelfAttention::forward_weights) spells the scores out and returns the
-///   weights too, for pictures and probes; the two agree to float tolerance. Training with
-///   dropout, and a bias passed in from outside, take the spelled-out path.
+///   weights too, for pictures and probes; the two agree to float tolerance. A bias passed in
+///   from outside (a dense tensor) goes to burn's `attention` with the block's own bias added
+///   to it (its flash kernel on flex, its unfused path on the Cube backends); on an autodiff
+///   device it, and training with dropout, take the spelled-out path.
 /// - Score biases and masks that depend only on shapes are built on the device and cached (see
 ///   [`Alibi::bias`](crate::Alibi::bias), [`T5Bias::buckets`](crate::T5Bias::buckets)).
 /// - Padded keys are kept out of attention by a key padding mask ([`AttentionInput::key_padding`],
@@ -150,7 +152,8 @@ impl SelfAttention {
         self.query.weight.shape().dims::<2>()[0]
     }
 
-    /// Applies the block with burn's fused attention.
+    /// Applies the block: burn's fused attention, or the tiled attention for a block with its
+    /// own ALiBi or T5 bias and on autodiff devices (see the type's docs).
     ///
     /// # Shapes
     ///
@@ -165,8 +168,9 @@ impl SelfAttention {
     }
 
     /// Applies the block to `input` (tokens, key padding, an outside score bias) with burn's
-    /// fused attention or the tiled attention (see the type's docs). An outside score bias,
-    /// or dropout on an autodiff device, spells the scores out.
+    /// fused attention or the tiled attention (see the type's docs). An outside score bias goes
+    /// to burn's `attention` as a dense tensor; on an autodiff device it, and dropout, spell
+    /// the scores out.
     ///
     /// # Shapes
     ///

@@ -5,9 +5,9 @@ use burn::nn::transformer::PositionWiseFeedForwardConfig;
 use burn::nn::{DropoutConfig, LayerNormConfig, LinearConfig};
 use burn::tensor::Device;
 
+use super::SelfAttention;
 use super::kv_cache::BlockId;
 use super::mask::CausalMasks;
-use super::SelfAttention;
 use crate::ScoreBiasConfig;
 use crate::limits::table_fits;
 use crate::training::materialize;
@@ -51,12 +51,14 @@ pub struct SelfAttentionConfig {
     /// Query rows per tile of the tiled attention, which computes a block's own ALiBi or T5
     /// bias inside each tile instead of materializing the `seq x seq` bias, and on autodiff
     /// devices runs as one graph node whose backward recomputes each tile (memory linear in
-    /// the sequence in training). `None` (the default): tiles of at most
-    /// [`TILE_VALUES`](crate::TILE_VALUES) scores, for ALiBi and T5 everywhere and for every
-    /// scheme on autodiff devices (without autodiff a block without a bias runs burn's fused
-    /// attention, already tiled). `Some(rows)` forces the tiled path on every device and for
-    /// every scheme. Training with dropout takes the spelled-out path: dropout acts on the
-    /// attention weights, which the tiles never hold.
+    /// the sequence in training). `None` (the default): tiles of at most 2^22 scores
+    /// (`batch x n_heads x rows x seq_k`, 16 MiB in f32), for ALiBi and T5 everywhere and for
+    /// every scheme on autodiff devices (without autodiff a block without a bias runs burn's
+    /// fused attention, already tiled). `Some(rows)` takes the tiled path on every device and
+    /// for every scheme, except in the two cases that never take it: a score bias passed in
+    /// from outside ([`AttentionInput::score_bias`](crate::AttentionInput::score_bias), a
+    /// dense tensor), and training with dropout (dropout acts on the attention weights, which
+    /// the tiles never hold).
     #[config(default = "None")]
     pub tile_rows: Option<usize>,
 }

@@ -16,7 +16,9 @@
 
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Int, Tensor};
+use burn::tensor::{Bool, Tensor};
+
+use crate::score_bias::distance::{bias_term, relative};
 
 /// Floats one tile's scores may hold when the tile size is left to the block:
 /// `batch x n_heads x tile x seq_k <= TILE_VALUES` (16 MiB of f32), at least one row.
@@ -74,6 +76,7 @@ pub(crate) fn tiled_attention(
     let [_, _, seq_k, _] = k.dims();
     let device = q.device();
     let dtype = q.dtype();
+    // Cast once per call, not per tile.
     let bias = match bias {
         CompactBias::Alibi(slopes) => CompactBias::Alibi(slopes.clone().cast(dtype)),
         CompactBias::ByDistance { bias, reach } => CompactBias::ByDistance {
@@ -102,38 +105,9 @@ pub(crate) fn tiled_attention(
                 v.clone().slice([0..batch, 0..n_heads, 0..keys, 0..d_head]),
             )
         };
-        // key position - query position, [rows, keys]
-        let relative = || {
-            let first = (offset + r0) as i64;
-            let key_positions =
-                Tensor::<1, Int>::arange(0..keys as i64, &device).reshape([1, keys]);
-            let query_positions =
-                Tensor::<1, Int>::arange(first..first + rows as i64, &device).reshape([rows, 1]);
-            key_positions - query_positions
-        };
         let term = match &bias {
             CompactBias::None => None,
-            CompactBias::Alibi(slopes) => Some(
-                relative()
-                    .abs()
-                    .float()
-                    .cast(dtype)
-                    .reshape([1, 1, rows, keys])
-                    .mul(slopes.clone().reshape([1, n_heads, 1, 1]))
-                    .neg(),
-            ),
-            CompactBias::ByDistance { bias, reach } => {
-                let reach = *reach as i64;
-                let index = relative()
-                    .clamp(-reach, reach)
-                    .add_scalar(reach)
-                    .reshape([rows * keys]);
-                Some(
-                    bias.clone()
-                        .select(1, index)
-                        .reshape([1, n_heads, rows, keys]),
-                )
-            }
+            bias => bias_term(bias, relative(offset + r0, rows, keys, &device), dtype),
         };
         let padding = key_padding.as_ref().map(|mask| {
             mask.clone()

@@ -1,7 +1,7 @@
 //! [`EmbeddingWithPosition`]: token ids in, position-aware vectors out.
 
 use burn::config::Config;
-use burn::module::{Module, Param};
+use burn::module::{Content, Module, ModuleDisplay, Param};
 use burn::nn::{Dropout, DropoutConfig, Initializer};
 use burn::tensor::{Device, Int, Tensor};
 
@@ -16,12 +16,10 @@ use status::StatusLog;
 
 mod ids;
 mod reference;
-mod status;
+pub(crate) mod status;
 
 pub use burn_positional_kernels::Positions;
 pub use ids::check_token_ids;
-#[cfg(feature = "testing")]
-pub(crate) use status::KEPT_STATUSES;
 
 /// Configuration of [`EmbeddingWithPosition`].
 #[derive(Config, Debug, PartialEq)]
@@ -40,7 +38,9 @@ pub struct EmbeddingWithPositionConfig {
     /// section 3.4). Off by default.
     #[config(default = false)]
     pub scale_tokens: bool,
-    /// A token id whose vector is zero and receives no gradient (PyTorch's `padding_idx`).
+    /// A token id whose row of the token table receives no gradient, as PyTorch's
+    /// `nn.Embedding(padding_idx=..)`: the row is zero at init, and the forward returns the
+    /// row as stored (so a checkpoint's non-zero padding row comes out as it does in PyTorch).
     /// Its position vector is still added. None by default.
     #[config(default = "None")]
     pub padding_idx: Option<usize>,
@@ -79,6 +79,7 @@ pub struct EmbeddingWithPositionConfig {
 /// assert_eq!(embed.forward(ids).dims(), [2, 3, 64]);
 /// ```
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct EmbeddingWithPosition {
     /// `[vocab_size, d_token]`, trained and saved.
     pub tokens: Param<Tensor<2>>,
@@ -96,6 +97,20 @@ pub struct EmbeddingWithPosition {
     /// Statuses of the forwards not yet checked (see [`check_inputs`](Self::check_inputs)).
     #[module(skip)]
     status: StatusLog,
+}
+
+impl ModuleDisplay for EmbeddingWithPosition {
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        content
+            .add("vocab_size", &self.vocab_size())
+            .add("d_model", &self.d_model())
+            .add("combine", &format!("{:?}", self.combine))
+            .add("token_scale", &self.token_scale)
+            .add("padding_idx", &format!("{:?}", self.padding_idx))
+            .add("position", &self.position)
+            .add("dropout", &self.dropout)
+            .optional()
+    }
 }
 
 impl EmbeddingWithPositionConfig {
@@ -209,7 +224,8 @@ impl EmbeddingWithPositionConfig {
         // `materialize`).
         let _ = tokens.base();
         if let Some(idx) = self.padding_idx {
-            // The padding row starts at zero; the output mask keeps its gradient at zero.
+            // The padding row starts at zero, as PyTorch's; it gets no gradient, so training
+            // leaves it there.
             let zero_row = Tensor::zeros([1, d_token], device);
             let table = tokens
                 .val()
@@ -301,7 +317,7 @@ impl EmbeddingWithPosition {
     /// ```
     pub fn forward_at(&self, ids: Tensor<2, Int>, positions: Positions) -> Tensor<3> {
         let (output, status) = self
-            .forward_fused(ids, positions)
+            .forward_fused(ids, positions, None)
             .unwrap_or_else(|err| panic!("{err}"));
         if let Some(status) = status {
             self.status.push(status);
@@ -340,7 +356,7 @@ impl EmbeddingWithPosition {
     /// assert!(embed.check_inputs().is_ok());
     /// ```
     pub fn check_inputs(&self) -> Result<(), PositionError> {
-        self.status.check(|err| self.name_error(err))
+        self.status.check(|err| self.position.name_error(err))
     }
 
     /// How many forwards wait for [`check_inputs`](Self::check_inputs).
@@ -376,7 +392,7 @@ impl EmbeddingWithPosition {
     /// Embeds token ids at the given positions, or says why the input was refused: an id
     /// outside `0..vocab_size`, a negative position, a position past a learned table or past
     /// the sinusoidal table's [`max_len`](crate::SinusoidalConfig::max_len), explicit positions
-    /// whose shape differs from the ids'. Never panics on input, and refuses a far position
+    /// whose shape is neither the ids' nor `[1, seq]`. Never panics on input, and refuses a far position
     /// before allocating anything for it.
     ///
     /// One fused pass computes the output and a per-token status, and one read-back of that status (`batch * seq` small
@@ -386,7 +402,7 @@ impl EmbeddingWithPosition {
     /// # Shapes
     ///
     /// - ids: `[batch, seq]`
-    /// - `Positions::Explicit`: `[batch, seq]`
+    /// - `Positions::Explicit`: `[batch, seq]` (or `[1, seq]`, shared by the batch)
     /// - output: `[batch, seq, d_model]`
     ///
     /// ```
@@ -406,92 +422,72 @@ impl EmbeddingWithPosition {
         ids: Tensor<2, Int>,
         positions: Positions,
     ) -> Result<Tensor<3>, PositionError> {
-        let (output, status) = self.forward_fused(ids.clone(), positions.clone())?;
+        let (output, status) = self.forward_fused(ids.clone(), positions.clone(), None)?;
         let Some(status) = status else {
             return Ok(self.dropout.forward(output));
         };
-        match (status.check(), &self.position, &positions) {
-            (Ok(()), _, _) => Ok(self.dropout.forward(output)),
-            (
-                Err(FusedEmbeddingError::PositionPastTable { .. }),
-                AbsolutePosition::Sinusoidal(table),
-                Positions::Explicit(p),
-            ) => {
-                // Grow the device table to the largest position (if under its limit), then run
-                // again.
-                let max = p.clone().max().into_scalar::<i64>();
-                table.check(max)?;
-                table.table(max as usize + 1, self.tokens.val().dtype());
-                let (output, status) = self.forward_fused(ids, positions)?;
+        let err = match status.check() {
+            Ok(()) => return Ok(self.dropout.forward(output)),
+            Err(err) => err,
+        };
+        // Explicit positions past the table of a scheme that grows (sinusoidal): grow it to
+        // the largest position (under its limit, checked before anything is allocated), then
+        // run again.
+        if let (FusedEmbeddingError::PositionPastTable { .. }, Positions::Explicit(p)) =
+            (&err, &positions)
+        {
+            let max = p.clone().max().into_scalar::<i64>();
+            if let Some(rows) = self.position.grow_to(max)? {
+                let (output, status) = self.forward_fused(ids, positions, Some(rows))?;
                 if let Some(status) = status {
-                    status.check().map_err(|err| self.name_error(err))?;
+                    status
+                        .check()
+                        .map_err(|err| self.position.name_error(err))?;
                 }
-                Ok(self.dropout.forward(output))
+                return Ok(self.dropout.forward(output));
             }
-            (Err(err), _, _) => Err(self.name_error(err)),
         }
+        Err(self.position.name_error(err))
     }
 
-    /// The fused pass and its status (`None` for an empty batch), with no read.
+    /// The fused pass and its status (`None` for an empty batch), with no read. Explicit
+    /// positions see `explicit_rows` rows of a table that grows (`None`: what a forward that
+    /// does not read them sees, the same whatever came before).
     fn forward_fused(
         &self,
         ids: Tensor<2, Int>,
         positions: Positions,
+        explicit_rows: Option<usize>,
     ) -> Result<(Tensor<3>, Option<InputStatus>), PositionError> {
         let [batch, seq] = ids.dims();
         if batch * seq == 0 {
-            return Ok((
-                Tensor::zeros([batch, seq, self.d_model()], &ids.device()),
-                None,
-            ));
+            return Ok((self.empty_output(batch, seq), None));
         }
         if let Positions::Offset(offset) = &positions {
             self.position.check_window(*offset, seq)?;
         }
         self.check_dtypes("this module")?;
         let tokens = self.tokens.val();
-        let table = match &self.position {
-            AbsolutePosition::None(_) => None,
-            AbsolutePosition::Learned(table) => Some(table.table.val()),
-            AbsolutePosition::Sinusoidal(table) => {
-                // Grow to an offset's last position (checked above to be under the limit).
-                // Explicit positions are not read back; the table covers at least `seq` rows
-                // (up to its limit), which holds every left-padded batch.
-                let len = match &positions {
-                    Positions::Offset(offset) => offset + seq,
-                    Positions::Explicit(_) => seq.min(table.max_len()),
-                };
-                Some(table.table(len, tokens.dtype()))
-            }
-        };
+        let table = self
+            .position
+            .fused_table(&positions, seq, tokens.dtype(), explicit_rows);
         let options = FusedEmbeddingOptions {
             scale: self.token_scale as f32,
             padding_idx: self.padding_idx,
             combine: self.combine,
         };
         let (output, status) = fused_embedding(tokens, ids, positions, table, &options)
-            .map_err(|err| self.name_error(err))?;
+            .map_err(|err| self.position.name_error(err))?;
         Ok((output, Some(status)))
     }
 
-    /// The kernels' error in this layer's words (a table's limit depends on its scheme).
-    fn name_error(&self, err: FusedEmbeddingError) -> PositionError {
-        match (err, &self.position) {
-            (
-                FusedEmbeddingError::PositionPastTable {
-                    position,
-                    at,
-                    max_len,
-                },
-                AbsolutePosition::Sinusoidal(_),
-            ) => PositionError::PositionPastSinusoidTable {
-                position,
-                at,
-                table_len: max_len,
-                needed: position as usize + 1,
-            },
-            (err, _) => err.into(),
-        }
+    /// The output of an empty batch: no values, in the tables' dtype, on their device.
+    pub(super) fn empty_output(&self, batch: usize, seq: usize) -> Tensor<3> {
+        let tokens = self.tokens.val();
+        Tensor::zeros(
+            [batch, seq, self.d_model()],
+            (&tokens.device(), tokens.dtype()),
+        )
     }
 
     /// Rows in the token table.
@@ -533,17 +529,77 @@ impl EmbeddingWithPosition {
     /// that way, or a module half cast), which no forward can combine. No read: dtypes are
     /// known on the host.
     pub(crate) fn check_dtypes(&self, origin: &str) -> Result<(), PositionError> {
-        let AbsolutePosition::Learned(learned) = &self.position else {
+        let tokens = self.tokens.val().dtype();
+        let Some(table) = self
+            .position
+            .trained_dtype()
+            .filter(|&table| table != tokens)
+        else {
             return Ok(());
         };
-        let (tokens, table) = (self.tokens.val().dtype(), learned.table.val().dtype());
-        if tokens == table {
-            return Ok(());
-        }
         Err(PositionError::TableDTypeMismatch {
             origin: origin.to_string(),
             tokens: format!("{tokens:?}"),
             table: format!("{table:?}"),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LearnedConfig;
+
+    #[test]
+    fn display_names_the_sizes_and_the_scheme() {
+        let device = Device::flex();
+        let d = 16;
+        // The default sinusoidal limit: `GROWN_TABLE_VALUES / d` rows.
+        let sinusoid_limit = crate::limits::GROWN_TABLE_VALUES / d;
+        let cases: [(AbsolutePositionConfig, String, usize); 3] = [
+            (AbsolutePositionConfig::None, "None".into(), 1000 * d),
+            (
+                SinusoidalConfig::new().with_cache_len(64).into(),
+                format!(
+                    "SinusoidalPosition {{d_position: 16, base: 10000, cache_len: 64, max_len: \
+                     {sinusoid_limit}}}"
+                ),
+                1000 * d,
+            ),
+            (
+                LearnedConfig::new(128).into(),
+                format!(
+                    "LearnedPosition {{max_len: 128, d_position: 16, params: {}}}",
+                    128 * d
+                ),
+                1000 * d + 128 * d,
+            ),
+        ];
+        for (scheme, position, params) in cases {
+            let embed = EmbeddingWithPositionConfig::new(1000, d)
+                .with_scheme(scheme)
+                .with_padding_idx(Some(0))
+                .with_scale_tokens(true)
+                .init(&device);
+            assert_eq!(embed.position.to_string(), position);
+            let want = format!(
+                "EmbeddingWithPosition {{\n  vocab_size: 1000\n  d_model: 16\n  combine: Add\n  \
+                 token_scale: 4\n  padding_idx: Some(0)\n  position: {position}\n  dropout: \
+                 Dropout {{prob: 0}}\n  params: {params}\n}}"
+            );
+            assert_eq!(embed.to_string(), want);
+        }
+        let concat = EmbeddingWithPositionConfig::new(10, 8)
+            .with_combine(Combine::Concat {
+                d_token: 6,
+                d_position: 2,
+            })
+            .init(&device);
+        assert!(
+            concat
+                .to_string()
+                .contains("combine: Concat { d_token: 6, d_position: 2 }"),
+            "{concat}"
+        );
     }
 }

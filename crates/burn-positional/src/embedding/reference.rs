@@ -17,7 +17,7 @@ impl EmbeddingWithPosition {
     /// # Shapes
     ///
     /// - ids: `[batch, seq]`
-    /// - `Positions::Explicit`: `[batch, seq]`
+    /// - `Positions::Explicit`: `[batch, seq]` (or `[1, seq]`, shared by the batch)
     /// - output: `[batch, seq, d_model]`
     ///
     /// ```
@@ -39,19 +39,14 @@ impl EmbeddingWithPosition {
     ) -> Result<Tensor<3>, PositionError> {
         let [batch, seq] = ids.dims();
         let explicit = match &positions {
-            Positions::Explicit(p) if p.dims() != [batch, seq] => {
-                return Err(PositionError::ShapeMismatch {
-                    what: "explicit position ids must have the token ids' shape [batch, seq]",
-                    expected: vec![batch, seq],
-                    got: p.dims().to_vec(),
-                    fix: "give one position per token",
-                });
+            Positions::Explicit(p) if p.dims() != [batch, seq] && p.dims() != [1, seq] => {
+                return Err(PositionError::positions_shape([batch, seq], p.dims()));
             }
             Positions::Explicit(p) => Some(p),
             Positions::Offset(_) => None,
         };
         if batch * seq == 0 {
-            return Ok(Tensor::zeros([batch, seq, self.d_model()], &ids.device()));
+            return Ok(self.empty_output(batch, seq));
         }
         let ranges = value_ranges(
             &[Some(&ids), explicit]
@@ -84,14 +79,17 @@ impl EmbeddingWithPosition {
         Ok(self.dropout.forward(self.combine(tokens, position)))
     }
 
-    /// Token vectors, scaled, with padding rows zeroed (and cut from the gradient).
+    /// Token vectors, scaled. A padding id's vector is its stored row, cut from the gradient
+    /// (PyTorch's `padding_idx`).
     fn token_vectors(&self, ids: Tensor<2, Int>) -> Tensor<3> {
         let mut tokens = embedding(self.tokens.val(), ids.clone()); // [batch, seq, d_token]
         if let Some(idx) = self.padding_idx {
-            // 1 for real tokens, 0 for padding: [batch, seq, 1], broadcast over d_token.
-            let keep = ids.not_equal_elem(idx as i64).float().unsqueeze_dim::<3>(2);
-            tokens = tokens * keep.mul_scalar(self.token_scale);
-        } else if self.token_scale != 1.0 {
+            // 1 for padding, 0 for real tokens: [batch, seq, 1], broadcast over d_token.
+            let pad = ids.equal_elem(idx as i64).float().unsqueeze_dim::<3>(2);
+            let keep = pad.clone().neg().add_scalar(1.0);
+            tokens = tokens.clone() * keep + (tokens * pad).detach();
+        }
+        if self.token_scale != 1.0 {
             tokens = tokens.mul_scalar(self.token_scale);
         }
         tokens

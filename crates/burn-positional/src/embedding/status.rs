@@ -15,7 +15,7 @@ use crate::cache::Slots;
 
 /// Statuses kept with full detail (enough to name the bad id); older ones are folded into a
 /// count on the device.
-pub(crate) const KEPT_STATUSES: usize = 64;
+pub const KEPT_STATUSES: usize = 64;
 
 /// Orders statuses across threads, so that a check reports the oldest bad input first.
 static NEXT: AtomicU64 = AtomicU64::new(0);

@@ -48,6 +48,7 @@ use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::tensor::{Device, Tensor, TensorData};
 
+pub mod hf_config;
 mod scaling;
 mod torch_pow;
 

@@ -10,9 +10,11 @@
 
 use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
-use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
+use burn::tensor::{DType, Device, Shape, Tensor, TensorData};
 
+use super::distance::{bias_term, relative};
 use crate::PositionError;
+use crate::attention::CompactBias;
 use crate::cache::{DeviceKey, ShapeCache};
 
 /// Configuration of [`Alibi`].
@@ -113,23 +115,26 @@ impl AlibiConfig {
         Ok(())
     }
 
-    /// Builds the slopes.
-    ///
-    /// # Panics
-    ///
-    /// If `n_heads` is 0.
-    pub fn init(&self, device: &Device) -> Alibi {
-        if let Err(err) = self.validate() {
-            panic!("{err}");
-        }
+    /// Checks the config ([`validate`](Self::validate)) and builds the slopes.
+    pub fn try_init(&self, device: &Device) -> Result<Alibi, PositionError> {
+        self.validate()?;
         let slopes: Vec<f32> = alibi_slopes(self.n_heads)
             .into_iter()
             .map(|m| m as f32)
             .collect();
-        Alibi {
+        Ok(Alibi {
             slopes: Tensor::from_data(TensorData::new(slopes, [self.n_heads]), device),
             biases: ShapeCache::default(),
-        }
+        })
+    }
+
+    /// Builds the slopes.
+    ///
+    /// # Panics
+    ///
+    /// If `n_heads` is 0, with [`try_init`](Self::try_init)'s message.
+    pub fn init(&self, device: &Device) -> Alibi {
+        self.try_init(device).unwrap_or_else(|err| panic!("{err}"))
     }
 }
 
@@ -175,20 +180,10 @@ impl Alibi {
 
     /// The bias for queries and keys at `0..n`: `[1, n_heads, n, n]`.
     fn build(&self, n: usize, dtype: DType) -> Tensor<4> {
-        let [n_heads] = self.slopes.dims();
         let device = self.slopes.device();
-        let index = Tensor::<1, Int>::arange(0..n as i64, &device);
-        // |query - key|, exact in integers, converted once.
-        let distance = (index.clone().reshape([n, 1]) - index.reshape([1, n]))
-            .abs()
-            .float()
-            .cast(DType::F32);
-        let slopes = self
-            .slopes
-            .clone()
-            .cast(DType::F32)
-            .reshape([1, n_heads, 1, 1]);
-        let bias = distance.unsqueeze::<4>().mul(slopes).neg(); // [1, n_heads, n, n]
+        let rel = relative(0, n, n, &device);
+        let bias = bias_term(&CompactBias::Alibi(self.slopes.clone()), rel, DType::F32)
+            .expect("ALiBi has a bias"); // [1, n_heads, n, n]
         bias.cast(dtype)
     }
 }

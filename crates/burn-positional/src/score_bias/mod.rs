@@ -5,13 +5,14 @@ use burn::module::Module;
 use burn::tensor::{DType, Device, Tensor};
 
 mod alibi;
+pub(crate) mod distance;
 mod t5;
 
 pub use alibi::{Alibi, AlibiConfig, alibi_slopes};
 pub use t5::{T5Bias, T5BiasConfig, t5_bucket};
 
-use crate::attention::CompactBias;
 use crate::PositionError;
+use crate::attention::CompactBias;
 
 /// A score bias a block owns.
 #[derive(Config, Debug, PartialEq)]
@@ -50,16 +51,21 @@ impl ScoreBiasConfig {
         }
     }
 
+    /// Checks the config ([`validate`](Self::validate)) and builds the bias.
+    pub fn try_init(&self, device: &Device) -> Result<ScoreBias, PositionError> {
+        Ok(match self {
+            Self::Alibi(config) => ScoreBias::Alibi(config.try_init(device)?),
+            Self::T5(config) => ScoreBias::T5(config.try_init(device)?),
+        })
+    }
+
     /// Builds the bias.
     ///
     /// # Panics
     ///
-    /// If [`validate`](Self::validate) fails.
+    /// If [`validate`](Self::validate) fails, with [`try_init`](Self::try_init)'s message.
     pub fn init(&self, device: &Device) -> ScoreBias {
-        match self {
-            Self::Alibi(config) => ScoreBias::Alibi(config.init(device)),
-            Self::T5(config) => ScoreBias::T5(config.init(device)),
-        }
+        self.try_init(device).unwrap_or_else(|err| panic!("{err}"))
     }
 }
 
@@ -111,4 +117,28 @@ impl ScoreBias {
 
 pub(super) fn cast(x: Tensor<4>, dtype: DType) -> Tensor<4> {
     if x.dtype() == dtype { x } else { x.cast(dtype) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One config pattern: `validate`, then `try_init` returns its error, and `init` panics with
+    /// the same message.
+    #[test]
+    fn try_init_returns_what_validate_finds_and_init_panics_with_it() {
+        let device = Device::flex();
+        for config in [
+            ScoreBiasConfig::Alibi(AlibiConfig::new(0)),
+            ScoreBiasConfig::T5(T5BiasConfig::new(0)),
+            ScoreBiasConfig::T5(T5BiasConfig::new(2).with_num_buckets(2)),
+        ] {
+            let err = config.validate().unwrap_err();
+            assert_eq!(config.try_init(&device).unwrap_err(), err);
+            let panic = std::panic::catch_unwind(|| config.init(&device)).unwrap_err();
+            assert_eq!(panic.downcast_ref::<String>(), Some(&err.to_string()));
+        }
+        assert!(ScoreBiasConfig::Alibi(AlibiConfig::new(4)).try_init(&device).is_ok());
+        assert!(ScoreBiasConfig::T5(T5BiasConfig::new(4)).try_init(&device).is_ok());
+    }
 }

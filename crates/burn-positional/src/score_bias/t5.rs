@@ -15,6 +15,7 @@ use burn::module::{Content, DisplaySettings, Module, ModuleDisplay, Param};
 use burn::nn::Initializer;
 use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
 
+use super::distance::{distance_index, relative};
 use crate::PositionError;
 use crate::cache::{DeviceKey, Grown, ShapeCache};
 
@@ -166,24 +167,27 @@ impl T5BiasConfig {
         Ok(())
     }
 
-    /// Builds the table.
-    ///
-    /// # Panics
-    ///
-    /// If [`validate`](Self::validate) fails: no heads, fewer than 4 buckets, or `max_distance`
-    /// within the exact range.
-    pub fn init(&self, device: &Device) -> T5Bias {
-        if let Err(err) = self.validate() {
-            panic!("{err}");
-        }
-        materialize(T5Bias {
+    /// Checks the config ([`validate`](Self::validate)) and builds the table.
+    pub fn try_init(&self, device: &Device) -> Result<T5Bias, PositionError> {
+        self.validate()?;
+        Ok(materialize(T5Bias {
             table: self
                 .initializer
                 .init([self.num_buckets, self.n_heads], device),
             max_distance: self.max_distance,
             buckets: ShapeCache::default(),
             distance_buckets: Grown::default(),
-        })
+        }))
+    }
+
+    /// Builds the table.
+    ///
+    /// # Panics
+    ///
+    /// If [`validate`](Self::validate) fails (no heads, fewer than 4 buckets, or `max_distance`
+    /// within the exact range), with [`try_init`](Self::try_init)'s message.
+    pub fn init(&self, device: &Device) -> T5Bias {
+        self.try_init(device).unwrap_or_else(|err| panic!("{err}"))
     }
 }
 
@@ -291,14 +295,9 @@ fn distance_lookup(bucketing: &Bucketing, device: &Device) -> Tensor<1, Int> {
 
 /// Bucket ids for queries and keys at `0..n`.
 fn build_buckets(bucketing: &Bucketing, n: usize, device: &Device) -> Tensor<2, Int> {
-    let reach = bucketing.max_distance as i64;
     let lookup = distance_lookup(bucketing, device);
-    let index = Tensor::<1, Int>::arange(0..n as i64, device);
-    // key - query, clamped to the lookup's range and shifted to index it.
-    let relative = (index.clone().reshape([1, n]) - index.reshape([n, 1]))
-        .clamp(-reach, reach)
-        .add_scalar(reach);
-    lookup.select(0, relative.reshape([n * n])).reshape([n, n])
+    let index = distance_index(relative(0, n, n, device), bucketing.max_distance);
+    lookup.select(0, index).reshape([n, n])
 }
 
 #[cfg(test)]

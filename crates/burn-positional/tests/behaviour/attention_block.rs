@@ -4,13 +4,13 @@
 use burn::module::{Module, ModuleMapper, Param};
 use burn::prelude::*;
 use burn::tensor::{DType, Distribution, Tolerance};
-use burn_positional::{
-    AttentionInput, EmbeddingWithPosition, EmbeddingWithPositionConfig, KvCache, LearnedConfig,
-    AbsolutePositionConfig, Positions, SelfAttention, SelfAttentionConfig, SinusoidalConfig,
-    T5BiasConfig, padding_mask,
-};
 use burn_positional::score_bias::t5_bucket;
 use burn_positional::testing::shape_cache_builds;
+use burn_positional::{
+    AbsolutePositionConfig, AttentionInput, EmbeddingWithPosition, EmbeddingWithPositionConfig,
+    KvCache, LearnedConfig, Positions, SelfAttention, SelfAttentionConfig, SinusoidalConfig,
+    T5BiasConfig, padding_mask,
+};
 
 const D_MODEL: usize = 16;
 const N_HEADS: usize = 4;

@@ -2,11 +2,11 @@
 
 use burn::prelude::*;
 use burn::tensor::Tolerance;
+use burn_positional::score_bias::{alibi_slopes, t5_bucket};
 use burn_positional::{
     AlibiConfig, AttentionInput, RopeConfig, RopeLayout, ScoreBiasConfig, SelfAttentionConfig,
     T5BiasConfig,
 };
-use burn_positional::score_bias::{alibi_slopes, t5_bucket};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 

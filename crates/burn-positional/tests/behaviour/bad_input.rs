@@ -7,12 +7,12 @@
 use crate::panic_message;
 
 use burn::prelude::*;
+use burn_positional::embedding::check_token_ids;
+use burn_positional::testing::KEPT_STATUSES;
 use burn_positional::{
     Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig, PositionError,
     Positions,
 };
-use burn_positional::embedding::check_token_ids;
-use burn_positional::testing::KEPT_STATUSES;
 
 fn assert_mentions(msg: &str, parts: &[&str]) {
     for part in parts {
@@ -140,8 +140,9 @@ pub fn sequence_longer_than_the_learned_table(device: &Device) {
 }
 
 /// Sinusoidal positions grow the table up to its `max_len`, but a read-free forward cannot grow it to
-/// explicit positions it does not read: past the table (and past `seq`) they are NaN and
-/// named by the check with the fix; `try_forward` grows the table and embeds them.
+/// explicit positions it does not read: past the table (past `cache_len` and `seq`) they are
+/// NaN and named by the check with the fix; `try_forward` grows the table and embeds them. A
+/// forward after that still answers as before it (the same input, the same answer).
 pub fn explicit_positions_past_the_sinusoidal_table(device: &Device) {
     let embed = EmbeddingWithPositionConfig::new(10, 8)
         .with_scheme(
@@ -157,6 +158,7 @@ pub fn explicit_positions_past_the_sinusoidal_table(device: &Device) {
         at: [0, 1],
         table_len: 16,
         needed: 41,
+        max_len: sinusoid_max_len(&embed),
     };
     assert_mentions(
         &err.to_string(),
@@ -185,12 +187,71 @@ pub fn explicit_positions_past_the_sinusoidal_table(device: &Device) {
         &reference.into_data(),
         burn::tensor::Tolerance::absolute(1e-6),
     );
-    // Grown once, for every later forward.
+    // Grown for `try_forward`, yet a forward that reads nothing still sees the same rows as
+    // before (what it accepts does not depend on the calls before it).
+    forward_defers(&embed, x, Positions::Explicit(p), &[1], &err);
+}
+
+fn sinusoid_max_len(embed: &EmbeddingWithPosition) -> usize {
+    match &embed.position {
+        burn_positional::AbsolutePosition::Sinusoidal(table) => table.max_len(),
+        _ => unreachable!("a sinusoidal embedding"),
+    }
+}
+
+/// A position past the table and past an explicit `max_len` too: the fix named is one that
+/// `validate` accepts and that works (raise `max_len`), not `cache_len` alone (which may not
+/// pass `max_len`).
+pub fn explicit_positions_past_the_sinusoidal_max_len(device: &Device) {
+    let sinusoidal = burn_positional::SinusoidalConfig::new()
+        .with_cache_len(16)
+        .with_max_len(Some(32));
+    let embed = EmbeddingWithPositionConfig::new(10, 8)
+        .with_scheme(sinusoidal.clone().into())
+        .init(device);
+    let x = Tensor::<2, Int>::ones([1, 3], device);
+    let p = Tensor::<2, Int>::from_data([[0, 40, 2]], device);
+    let err = PositionError::PositionPastSinusoidTable {
+        position: 40,
+        at: [0, 1],
+        table_len: 16,
+        needed: 41,
+        max_len: 32,
+    };
+    forward_defers(
+        &embed,
+        x.clone(),
+        Positions::Explicit(p.clone()),
+        &[1],
+        &err,
+    );
+    let msg = err.to_string();
+    assert_mentions(
+        &msg,
+        &[
+            "position 40",
+            "16 rows",
+            "max_len = 32",
+            "`SinusoidalConfig::max_len` to at least 41",
+        ],
+    );
+    // The fix `cache_len` alone would be refused.
+    assert!(sinusoidal.clone().with_cache_len(41).validate(8).is_err());
+    // The fix named works: with max_len and cache_len raised, the same forward is clean.
+    let fixed = EmbeddingWithPositionConfig::new(10, 8)
+        .with_scheme(sinusoidal.with_max_len(Some(41)).with_cache_len(41).into())
+        .init(device);
     assert_eq!(
-        nan_rows(embed.forward_at(x, Positions::Explicit(p))),
+        nan_rows(fixed.forward_at(x.clone(), Positions::Explicit(p.clone()))),
         [false; 3]
     );
-    embed.check_inputs().unwrap();
+    fixed.check_inputs().unwrap();
+    // `try_forward` refuses it, naming the limit.
+    let refused = embed.try_forward_at(x, Positions::Explicit(p)).unwrap_err();
+    assert_mentions(
+        &refused.to_string(),
+        &["position 40", "max_len = 32", "at least 41"],
+    );
 }
 
 /// The deferred check names the first bad token of the oldest bad forward, across many
@@ -368,4 +429,5 @@ on_every_device!(
     odd_width_for_sinusoidal,
     concat_sizes_that_do_not_add_up,
     padding_idx_outside_the_vocabulary,
+    explicit_positions_past_the_sinusoidal_max_len,
 );

@@ -4,7 +4,7 @@
 
 use burn::prelude::*;
 use burn_positional::{
-    EmbeddingWithPositionConfig, LearnedConfig, AbsolutePositionConfig, SelfAttention,
+    AbsolutePositionConfig, EmbeddingWithPositionConfig, LearnedConfig, SelfAttention,
     SelfAttentionConfig, SinusoidalConfig,
 };
 use proptest::prelude::*;

@@ -8,8 +8,8 @@ use burn::prelude::*;
 use burn::tensor::Tolerance;
 use burn_positional::testing::fused_calls;
 use burn_positional::{
-    AbsolutePosition, Combine, EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig,
-    AbsolutePositionConfig, Positions, SinusoidalConfig,
+    AbsolutePosition, AbsolutePositionConfig, Combine, EmbeddingWithPosition,
+    EmbeddingWithPositionConfig, LearnedConfig, Positions, SinusoidalConfig,
 };
 
 const VOCAB: usize = 13;
@@ -229,6 +229,7 @@ fn dtypes_follow_the_token_table(device: &Device) {
 }
 
 on_every_device!(
+    empty_batches_keep_the_tables_dtype,
     dtypes_follow_the_token_table,
     large_outputs_match_the_reference,
     fused_equals_reference,
@@ -294,4 +295,176 @@ mod gradients {
     }
 
     on_every_autodiff_device!(fused_gradients_equal_reference);
+}
+
+/// Explicit positions of shape `[1, seq]` are shared by the batch, on every path: the fused
+/// `forward_at` and `try_forward_at` and the reference twin give what the same positions
+/// expanded to `[batch, seq]` give (gradients too), and refuse the same bad positions alike.
+mod shared_positions {
+    use super::*;
+
+    fn shared(device: &Device) -> Tensor<2, Int> {
+        // Reaches the learned table's last row (15), past the sinusoid cache of 8 below.
+        Tensor::from_data([[9, 10, 11, 12, 13, 14, 15]], device)
+    }
+
+    fn loss_of(out: Tensor<3>) -> Tensor<1> {
+        let [batch, seq, d] = out.dims();
+        let weights = Tensor::<1, Int>::arange(0..(batch * seq * d) as i64, &out.device())
+            .float()
+            .reshape([batch, seq, d])
+            .sin();
+        (out * weights).sum()
+    }
+
+    fn close(a: Tensor<3>, b: Tensor<3>, what: &str) {
+        let diff = (a - b).abs().max().into_scalar::<f32>();
+        assert!(diff <= 1e-6, "{what}: differs by {diff}");
+    }
+
+    fn shared_positions_broadcast_over_the_batch(device: &Device) {
+        let mut all = configs();
+        all.push(
+            EmbeddingWithPositionConfig::new(VOCAB, D_MODEL)
+                .with_scheme(SinusoidalConfig::new().with_cache_len(8).into()),
+        );
+        for config in all {
+            let embed = config.init(device);
+            let one = Positions::Explicit(shared(device));
+            let expanded = Positions::Explicit(shared(device).expand([3, 7]));
+            let what = describe(&config, &one);
+            let want = embed
+                .try_forward_reference(ids(device), expanded.clone())
+                .expect(&what);
+            type Run = fn(&EmbeddingWithPosition, Tensor<2, Int>, Positions) -> Tensor<3>;
+            let paths: [(&str, Run); 3] = [
+                ("try_forward_at", |e, ids, at| {
+                    e.try_forward_at(ids, at).unwrap()
+                }),
+                ("reference", |e, ids, at| {
+                    e.try_forward_reference(ids, at).unwrap()
+                }),
+                ("forward_at", |e, ids, at| e.forward_at(ids, at)),
+            ];
+            // A read-free forward sees `cache_len` (8) or `seq` rows of the short sinusoid table,
+            // whatever was grown before: position 15 is deferred there (see `bad_input`).
+            let short = matches!(&embed.position, AbsolutePosition::Sinusoidal(t) if t.cache().dims()[0] < 16);
+            for (path, run) in paths {
+                let what = format!("{what}, {path}");
+                let before = fused_calls();
+                let out = run(&embed, ids(device), one.clone());
+                // `try_forward_at` past the rows a read-free forward sees: a second pass on the
+                // grown table.
+                let passes = match path {
+                    "reference" => 0,
+                    "try_forward_at" if short => 2,
+                    _ => 1,
+                };
+                assert_eq!(
+                    fused_calls(),
+                    before + passes,
+                    "{what}: the fused kernel ran"
+                );
+                if short && path == "forward_at" {
+                    assert!(embed.check_inputs().is_err(), "{what}: deferred");
+                    continue;
+                }
+                embed.check_inputs().expect(&what);
+                assert_eq!(out.dims(), [3, 7, D_MODEL], "{what}");
+                close(out.clone(), want.clone(), &what);
+                if device.is_autodiff() {
+                    let grads = loss_of(out).backward();
+                    let want_grads = loss_of(
+                        embed
+                            .try_forward_reference(ids(device), expanded.clone())
+                            .unwrap(),
+                    )
+                    .backward();
+                    let token = |g| embed.tokens.grad(g).unwrap().unsqueeze::<3>();
+                    close(
+                        token(&grads),
+                        token(&want_grads),
+                        &format!("{what}: token grad"),
+                    );
+                    if let AbsolutePosition::Learned(t) = &embed.position {
+                        let table = |g| t.table.grad(g).unwrap().unsqueeze::<3>();
+                        close(
+                            table(&grads),
+                            table(&want_grads),
+                            &format!("{what}: table grad"),
+                        );
+                    }
+                }
+            }
+        }
+        // Bad shared positions: the same error fused or not, naming the first bad token.
+        let embed = EmbeddingWithPositionConfig::new(VOCAB, D_MODEL)
+            .with_scheme(LearnedConfig::new(12).into())
+            .init(device);
+        for bad in [-1, 12] {
+            let p = Tensor::<2, Int>::from_data([[0, 1, 2, bad, 4, 5, 6]], device);
+            let fused = embed
+                .try_forward_at(ids(device), Positions::Explicit(p.clone()))
+                .unwrap_err();
+            let reference = embed
+                .try_forward_reference(ids(device), Positions::Explicit(p))
+                .unwrap_err();
+            assert_eq!(
+                std::mem::discriminant(&fused),
+                std::mem::discriminant(&reference),
+                "{fused} vs {reference}"
+            );
+            for err in [fused, reference] {
+                assert!(err.to_string().contains(&format!(" {bad} ")), "{err}");
+            }
+        }
+    }
+
+    on_every_device!(shared_positions_broadcast_over_the_batch);
+}
+
+/// An empty batch (no rows, or rows of no tokens) comes out empty, in the tables' dtype, on
+/// every path.
+fn empty_batches_keep_the_tables_dtype(device: &Device) {
+    use burn::module::Param;
+    use burn::tensor::DType;
+    for config in configs() {
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {
+            if !device.supports_dtype(dtype) {
+                continue;
+            }
+            let mut embed = config.init(device);
+            embed.tokens = Param::from_tensor(embed.tokens.val().cast(dtype).detach());
+            if let AbsolutePosition::Learned(table) = &mut embed.position {
+                table.table = Param::from_tensor(table.table.val().cast(dtype).detach());
+            }
+            for [batch, seq] in [[0, 5], [3, 0], [0, 0]] {
+                let ids = Tensor::<2, Int>::zeros([batch, seq], device);
+                let explicit = Positions::Explicit(Tensor::zeros([batch, seq], device));
+                let what = format!(
+                    "{}, {dtype:?}, [{batch}, {seq}]",
+                    describe(&config, &explicit)
+                );
+                let outs = [
+                    ("forward", embed.forward(ids.clone())),
+                    (
+                        "forward_at",
+                        embed.forward_at(ids.clone(), explicit.clone()),
+                    ),
+                    ("try_forward", embed.try_forward(ids.clone()).unwrap()),
+                    (
+                        "reference",
+                        embed
+                            .try_forward_reference(ids.clone(), explicit.clone())
+                            .unwrap(),
+                    ),
+                ];
+                for (path, out) in outs {
+                    assert_eq!(out.dims(), [batch, seq, D_MODEL], "{what}, {path}");
+                    assert_eq!(out.dtype(), dtype, "{what}, {path}");
+                }
+                embed.check_inputs().expect(&what);
+            }
+        }
+    }
 }

@@ -57,9 +57,9 @@ pub fn sinusoidal_table_is_never_trained(device: &Device) {
     let AbsolutePosition::Sinusoidal(table) = &embed.position else {
         unreachable!()
     };
-    assert!(!table.cache.is_require_grad());
+    assert!(!table.cache().is_require_grad());
     let grads = loss_of(embed.forward(Tensor::<2, Int>::from_data([[1, 2]], device))).backward();
-    assert!(table.cache.grad(&grads).is_none());
+    assert!(table.cache().grad(&grads).is_none());
     assert!(embed.tokens.grad(&grads).is_some());
 }
 
@@ -73,7 +73,7 @@ pub fn padding_row_is_zero_and_gets_no_gradient(device: &Device) {
     let x = Tensor::<2, Int>::from_data([[0, 0, 4, 5], [6, 0, 0, 0]], device);
     let out = embed.forward(x.clone());
     // At padding slots the output is the position vector alone.
-    let positions = embed.position.rows(0, 4).unwrap();
+    let positions = embed.position.vectors(0..4).unwrap().unwrap();
     let slot = out.clone().slice([0..1, 1..2, 0..8]).reshape([1, 8]);
     slot.into_data().assert_approx_eq::<f32>(
         &positions.slice([1..2, 0..8]).into_data(),

@@ -4,8 +4,10 @@
 //! the transformers version is in the file and in every failure message): random but valid
 //! configs over every `rope_type` and the model types whose config classes read them
 //! differently (Llama, Mistral, Qwen 2/3, Phi, Phi-3, GPT-NeoX, StableLM, Gemma 1-4, DeepSeek
-//! V3, multimodal `text_config`), many with optional keys left out so that the config classes'
-//! defaults apply. For each: the model's rotary module's `inv_freq` and `attention_scaling`, and
+//! V3, Falcon's `n_head` and class defaults, multimodal `text_config`) or that rotate adjacent
+//! pairs in place (Cohere 1/2, GLM 1/4, Helium, ERNIE 4.5: `interleaved_rotation`, q rotated by
+//! their own `apply_rotary_pos_emb`), many with optional keys left out so that the config
+//! classes' defaults apply. For each: the model's rotary module's `inv_freq` and `attention_scaling`, and
 //! at a few windows of positions (below and past the original context, and one far out: from
 //! 8192, 32768 or 131000, where 1 ulp off in an `inv_freq` entry shows) the window's `inv_freq`
 //! and a fixed `q` rotated by the model's `apply_rotary_pos_emb`. Here the same config goes
@@ -71,7 +73,10 @@ fn check_case(case: &Value, source: &str, device: &Device) -> Vec<String> {
         )];
     }
     let interleaved_input = case["interleaved_input"].as_bool().unwrap();
-    let layout = if interleaved_input {
+    // Cohere, GLM, ...: their own rotate_half pairs adjacent dimensions; input and output are
+    // interleaved (absent from fixtures written before it was recorded: false).
+    let interleaved_rotation = case["interleaved_rotation"].as_bool().unwrap_or(false);
+    let layout = if interleaved_input || interleaved_rotation {
         RopeLayout::Interleaved
     } else {
         RopeLayout::HalfSplit
@@ -82,7 +87,11 @@ fn check_case(case: &Value, source: &str, device: &Device) -> Vec<String> {
             config.layout
         )];
     }
-    let rope = config.with_layout(RopeLayout::HalfSplit).init(device);
+    let rope = if interleaved_rotation {
+        config.init(device)
+    } else {
+        config.with_layout(RopeLayout::HalfSplit).init(device)
+    };
     let mut failures = Vec::new();
     failures.extend(mismatch(
         &rope.inv_freq(),
@@ -134,7 +143,7 @@ fn check_case(case: &Value, source: &str, device: &Device) -> Vec<String> {
         let want = floats(&window["rotated"]);
         failures.extend(mismatch(&got, &want, &format!("{what}: rotated q")));
         // The interleaved layout on the permuted q gives the permuted output.
-        if offset == 0 && !interleaved_input {
+        if offset == 0 && !interleaved_input && !interleaved_rotation {
             let interleaved = rope
                 .config()
                 .with_layout(RopeLayout::Interleaved)

@@ -45,6 +45,7 @@ mod gradients;
 mod hf_rope;
 mod hf_rope_fuzz;
 mod hostile_sizes;
+mod padding;
 mod positions;
 mod pretrained;
 mod records;

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
 use burn_positional::pretrained::{self, PretrainedError, T5Stack};
+use burn_positional::score_bias::t5_bucket;
 use burn_positional::{
     AbsolutePosition, EmbeddingWithPosition, EmbeddingWithPositionConfig, LearnedConfig, Positions,
     T5Bias, T5BiasConfig,
 };
-use burn_positional::score_bias::t5_bucket;
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {

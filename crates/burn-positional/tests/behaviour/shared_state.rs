@@ -7,11 +7,11 @@ use std::sync::Barrier;
 
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
+use burn_positional::testing::KEPT_STATUSES;
 use burn_positional::{
     AttentionInput, EmbeddingWithPositionConfig, KvCache, PositionError, Positions,
     SelfAttentionConfig, SinusoidalConfig,
 };
-use burn_positional::testing::KEPT_STATUSES;
 
 fn bad_id(id: i64) -> PositionError {
     PositionError::TokenIdOutOfRange {

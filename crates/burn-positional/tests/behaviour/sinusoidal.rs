@@ -98,7 +98,93 @@ pub fn agrees_with_burns_positional_encoding(device: &Device) {
         .assert_approx_eq::<f32>(&burns.into_data(), burn::tensor::Tolerance::absolute(1e-5));
 }
 
+/// What one call answers: `Ok` with the output (NaN rows as a mask, the other values as
+/// they are), or `Err` with the message.
+fn answer(out: Result<Tensor<3>, String>) -> Result<(Vec<bool>, Tensor<3>), String> {
+    let out = out?;
+    let nan = out.clone().is_nan();
+    let mask = nan.clone().into_data().iter::<bool>().collect();
+    Ok((mask, out.mask_fill(nan, 0.0)))
+}
+
+fn assert_same(a: Result<Tensor<3>, String>, b: Result<Tensor<3>, String>, what: &str) {
+    match (answer(a), answer(b)) {
+        (Ok((nan_a, a)), Ok((nan_b, b))) => {
+            assert_eq!(nan_a, nan_b, "{what}: NaN rows");
+            let diff = (a - b).abs().max().into_scalar::<f32>();
+            assert!(diff == 0.0, "{what}: values differ by {diff}");
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b, "{what}"),
+        (a, b) => panic!(
+            "{what}: a fresh module answers {:?}, the same module after a long call {:?}",
+            a.map(|(nan, _)| nan),
+            b.map(|(nan, _)| nan)
+        ),
+    }
+}
+
+/// The same explicit positions, between `cache_len` and a length an earlier call grew the
+/// table to, get the same answer whatever came before: from a fresh module, from one that
+/// embedded a long sequence first, and (autodiff devices) from `valid()` of either, which moves
+/// the module to the inner device.
+pub fn explicit_positions_answer_the_same_whatever_came_before(device: &Device) {
+    let config = EmbeddingWithPositionConfig::new(10, 8)
+        .with_scheme(SinusoidalConfig::new().with_cache_len(16).into());
+    let ids = Tensor::<2, Int>::ones([2, 3], device);
+    let positions = Tensor::<2, Int>::from_data([[0, 40, 2], [1, 2, 3]], device);
+    let long = |embed: &burn_positional::EmbeddingWithPosition| {
+        embed.forward_at(Tensor::ones([1, 4], device), Positions::Offset(100));
+        embed.check_inputs().unwrap();
+    };
+    // Two modules with the same token table.
+    let pair = || {
+        let fresh = config.init(device);
+        let mut grown = config.init(device);
+        grown.tokens = fresh.tokens.clone();
+        (fresh, grown)
+    };
+    let mut pairs = vec![pair()];
+    if device.is_autodiff() {
+        let (fresh, grown) = pair();
+        long(&grown);
+        pairs.push((fresh.valid(), grown.valid()));
+    }
+    for (fresh, grown) in pairs {
+        long(&grown);
+        type Run = fn(
+            &burn_positional::EmbeddingWithPosition,
+            Tensor<2, Int>,
+            Positions,
+        ) -> Result<Tensor<3>, String>;
+        let calls: [(&str, Run); 3] = [
+            ("forward_at, then check_inputs", |e, ids, at| {
+                let out = e.forward_at(ids, at);
+                e.check_inputs().map_err(|err| err.to_string())?;
+                Ok(out)
+            }),
+            ("try_forward_at", |e, ids, at| {
+                e.try_forward_at(ids, at).map_err(|err| err.to_string())
+            }),
+            ("reference", |e, ids, at| {
+                e.try_forward_reference(ids, at)
+                    .map_err(|err| err.to_string())
+            }),
+        ];
+        for (what, call) in calls {
+            for at in [
+                Positions::Explicit(positions.clone()),
+                Positions::Explicit(positions.clone().slice([0..1, 0..3])),
+            ] {
+                let a = call(&fresh, ids.clone(), at.clone());
+                let b = call(&grown, ids.clone(), at);
+                assert_same(a, b, what);
+            }
+        }
+    }
+}
+
 on_every_device!(
+    explicit_positions_answer_the_same_whatever_came_before,
     near_positions_match_the_paper_formula,
     far_positions_match_the_paper_formula,
     seed_000_worked_example,

@@ -1,10 +1,12 @@
-//! What some transformers config classes do their own way: Gemma 3's and Gemma 4's rope per
-//! attention kind, Phi-3's rope types, and the head width of each class (its own default,
-//! DeepSeek's `qk_rope_head_dim`). Each function cites the transformers code it follows.
+//! What some transformers config classes and modeling files do their own way: Gemma 3's and
+//! Gemma 4's rope per attention kind, Phi-3's rope types, the head width of each class (its own
+//! default, DeepSeek's `qk_rope_head_dim`), each class's `attribute_map` and size defaults, and
+//! the pairs each family rotates (Cohere's adjacent pairs). Each function cites the transformers
+//! code it follows.
 
 use serde_json::{Map, Value};
 
-use super::{Fields, HfConfigError, sizes};
+use super::{Fields, HfConfigError, rotation, sizes};
 
 /// The layer types of models with one rope per attention kind.
 pub(super) const ATTENTION_KINDS: [&str; 2] = ["full_attention", "sliding_attention"];
@@ -240,6 +242,10 @@ pub(super) fn head_dim(
         }
         return Ok(Some(root.usize("qk_rope_head_dim")?.unwrap_or(default)));
     }
+    if sizes::HEAD_DIM_IGNORED.contains(&model_type) {
+        // A read-only property there: `hidden_size // num_attention_heads`.
+        return Ok(None);
+    }
     if file.is_some() || root.map.contains_key("head_dim") {
         // `head_dim: null` or 0 replaces the class's default: derived.
         return Ok(file);
@@ -261,4 +267,115 @@ pub(super) fn max_positions(
             .find(|(name, _)| *name == model_type)
             .map(|&(_, n)| n)
     }))
+}
+
+/// The config class's `attribute_map` applied to the file (`PreTrainedConfig.__setattr__`): a key
+/// this reader reads that the class stores under another name (DBRX's `d_model` for
+/// `hidden_size`, Jetmoe's `kv_channels` for `head_dim`) is read from that name when the file
+/// has no value under the key itself (the key wins when it has both, as in transformers).
+/// `None` when nothing changes.
+pub(super) fn apply_attribute_map(
+    root: &Map<String, Value>,
+    model_type: &str,
+) -> Option<Map<String, Value>> {
+    let (_, map) = sizes::ATTRIBUTE_MAPS
+        .iter()
+        .find(|(name, _)| *name == model_type)?;
+    let mut mapped: Option<Map<String, Value>> = None;
+    for &(key, alias) in map.iter() {
+        let absent = root.get(key).is_none_or(Value::is_null);
+        if let (true, Some(value)) = (absent, root.get(alias).filter(|v| !v.is_null())) {
+            mapped
+                .get_or_insert_with(|| root.clone())
+                .insert(key.to_string(), value.clone());
+        }
+    }
+    mapped
+}
+
+/// `[hidden_size, num_attention_heads]`: the file's (after the class's `attribute_map`), else the
+/// config class's defaults (Falcon's 4544 and 71). A name that other classes read as one of them
+/// but this class ignores (Falcon's `n_head`: `FalconConfig` has no `attribute_map` in
+/// transformers 5) is refused when it differs from what transformers uses instead, since then
+/// the file means one head width and transformers builds another.
+pub(super) fn sizes(
+    root: &Fields<'_>,
+    model_type: &str,
+) -> Result<[Option<usize>; 2], HfConfigError> {
+    let class = sizes::SIZE_DEFAULTS
+        .iter()
+        .find(|(name, ..)| *name == model_type)
+        .map(|&(_, hidden, heads)| [hidden, heads]);
+    let mut out = [None; 2];
+    for (i, key) in ["hidden_size", "num_attention_heads"]
+        .into_iter()
+        .enumerate()
+    {
+        if let Some(value) = root.usize(key)? {
+            out[i] = Some(value);
+            continue;
+        }
+        let default = class.map(|c| c[i]);
+        for &(alias, _) in sizes::KNOWN_ALIASES.iter().filter(|(_, k)| *k == key) {
+            let Some(found) = root.get(alias) else {
+                continue;
+            };
+            if found.as_u64().map(|n| n as usize) == default {
+                continue;
+            }
+            let instead = match default {
+                Some(d) => format!("uses its default {key} {d} instead"),
+                None => format!("has no {key} at all"),
+            };
+            return Err(refused(
+                alias,
+                found.to_string(),
+                &format!(
+                    "transformers' config class for model_type \"{model_type}\" does not read \
+                     `{alias}` (its attribute_map has no entry for it), so it ignores it and \
+                     {instead}"
+                ),
+                &format!("rename `{alias}` to `{key}`, the name transformers reads"),
+            ));
+        }
+        out[i] = default;
+    }
+    Ok(out)
+}
+
+/// The pairs a model family's own modeling code rotates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pairs {
+    /// Llama's `rotate_half`: `(x[j], x[j + d/2])`, unless the file says `rope_interleave`.
+    Halves,
+    /// Cohere's `rotate_half`: `(x[2j], x[2j + 1])` in place, whatever the file says; with
+    /// `partial`, `apply_rotary_pos_emb` rotates the first `rotary_dim` dimensions (GLM), else
+    /// the whole head.
+    Adjacent {
+        /// Whether a part of the head may rotate.
+        partial: bool,
+    },
+}
+
+/// The pairs `model_type`'s modeling code rotates (`rotation.rs`, written from transformers'
+/// `rotate_half` of each family); a rotation no [`RopeLayout`](crate::RopeLayout) gives (NanoChat
+/// turns the other way) is refused.
+pub(super) fn layout(model_type: &str) -> Result<Pairs, HfConfigError> {
+    if let Some((_, why)) = rotation::OTHER_ROTATION
+        .iter()
+        .find(|(name, _)| *name == model_type)
+    {
+        return Err(refused(
+            "model_type",
+            format!("\"{model_type}\""),
+            &format!("{why}; no RopeLayout turns that way"),
+            "swap the two halves of each head of q and k (turning by minus the angle is the \
+             half-split rotation of the swapped halves, swapped back), then read the file with \
+             model_type \"llama\"",
+        ));
+    }
+    Ok(rotation::INTERLEAVED_ROTATION
+        .iter()
+        .find(|(name, _)| *name == model_type)
+        .map_or(Pairs::Halves, |&(_, partial)| Pairs::Adjacent { partial }))
 }

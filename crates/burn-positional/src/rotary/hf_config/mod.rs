@@ -14,6 +14,7 @@
 //! | `layer_types` | top level | `rope_parameters` nested per layer type (Gemma 3/4): pick one with [`RopeConfig::from_hf_config_layer`] |
 //! | `qk_rope_head_dim` | top level | the head width of the 13 DeepSeek-style config classes (default 64 or 32; DeepSeek V3's class lets a `head_dim` in the file win) |
 //! | `rope_interleave` | top level | interleaved pairs ([`RopeLayout::Interleaved`]); default true for DeepSeek V3 and kin, always for DeepSeek V2 |
+//! | `model_type` | top level | the config class (defaults, `attribute_map`) and the family's own rotation: Cohere 1/2, GLM 1/4, Helium, ERNIE 4.5, Llama 4 and the others in `rotation.rs` rotate adjacent pairs ([`RopeLayout::Interleaved`]) whatever the file says |
 //! | `text_config` | top level | a multimodal config's language model, read instead of the top level |
 //!
 //! Gemma 3's `rope_scaling`, `rope_theta` and `rope_local_base_freq` become one rope per
@@ -21,8 +22,14 @@
 //! `global_head_dim` (default 512), as their transformers config classes do; so does Phi-3's
 //! reading of `su` and `yarn` as `longrope` (its class refuses the other types). Every layer
 //! type's entry is read, as transformers builds them all: one it refuses refuses the config.
-//! The class defaults of `head_dim` and `max_position_embeddings` come from a table written by
-//! `tools/hf_rope_fixtures.py --defaults` (`sizes.rs`).
+//! The class defaults of `head_dim`, `max_position_embeddings`, `hidden_size` and
+//! `num_attention_heads`, and each class's `attribute_map` for the keys read here (DBRX's
+//! `d_model`, `n_heads`, `max_seq_len`; the key itself wins when a file has both), come from
+//! tables written by `tools/hf_rope_fixtures.py --defaults` (`sizes.rs`), as does the list of
+//! families whose modeling code rotates adjacent pairs (`rotation.rs`). A name another class
+//! maps but this one ignores (Falcon's `n_head`: transformers 5's `FalconConfig` has no
+//! `attribute_map`) is ignored as transformers ignores it, and refused when it differs from the
+//! value transformers uses instead.
 //!
 //! A key left out takes the default of the model type's transformers config class (`model_type`
 //! names it): `rope_theta` 500 000 for `bitnet`, `partial_rotary_factor` 0.5 for `phi`, a
@@ -46,6 +53,7 @@ use crate::rotary::{
 mod defaults;
 mod families;
 mod fields;
+mod rotation;
 mod sizes;
 
 use fields::Fields;
@@ -150,8 +158,10 @@ pub enum HfConfigError {
 impl RopeConfig {
     /// Reads the rotary settings of a Hugging Face `config.json` (its text) as transformers
     /// does: the variant and its parameters, the base, the head width, partial rotation. The
-    /// result uses the half-split layout of Hugging Face checkpoints and
-    /// [`RopeArithmetic::Transformers`], so it rotates exactly as the checkpoint was trained.
+    /// result uses the layout of the family's modeling code (half-split as Llama's `rotate_half`;
+    /// interleaved for Cohere, GLM and the others that pair adjacent dimensions, and for
+    /// `rope_interleave`) and [`RopeArithmetic::Transformers`], so it rotates exactly as the
+    /// checkpoint was trained.
     /// See the [module docs](crate::rotary::hf_config) for every key read and its default.
     ///
     /// ```
@@ -233,11 +243,16 @@ fn read_layer(
         Some(Value::Object(text)) if !root_map.contains_key("num_attention_heads") => text,
         _ => root_map,
     };
+    let model_type = root_map
+        .get("model_type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    // The config class's `attribute_map`: a key the file spells its own way (DBRX's `d_model`).
+    let mapped = families::apply_attribute_map(root_map, model_type);
     let root = Fields {
-        map: root_map,
+        map: mapped.as_ref().unwrap_or(root_map),
         path: "",
     };
-    let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or("");
 
     // Gemma 3 and 4 build theirs per attention kind.
     let converted = families::gemma_params(&root, model_type)?;
@@ -373,12 +388,9 @@ fn read_layer(
         Some(d) if d > 0 => d,
         _ => {
             let needed = "the head width is head_dim, or hidden_size / num_attention_heads";
-            let hidden = root.required("hidden_size", root.usize("hidden_size")?, needed)?;
-            let heads = root.required(
-                "num_attention_heads",
-                root.usize("num_attention_heads")?,
-                needed,
-            )?;
+            let [hidden, heads] = families::sizes(&root, model_type)?;
+            let hidden = root.required("hidden_size", hidden, needed)?;
+            let heads = root.required("num_attention_heads", heads, needed)?;
             if heads == 0 {
                 return Err(HfConfigError::Inconsistent {
                     field: "num_attention_heads".into(),
@@ -518,26 +530,50 @@ fn read_layer(
         RopeScaling::None if defaults::DEFAULT_IGNORES_PARTIAL.contains(&model_type) => d_head,
         _ => rotary_dims,
     };
-    // Hugging Face's `rotate_half` pairs halves; DeepSeek-style checkpoints store interleaved
-    // pairs (`rope_interleave`, true by default for DeepSeek V3 and kin; V2 multiplies complex
-    // numbers made of adjacent pairs).
-    let interleaved = match root.bool("rope_interleave")? {
-        Some(interleaved) => interleaved,
-        None => {
-            defaults::INTERLEAVED_BY_DEFAULT.contains(&model_type) || model_type == "deepseek_v2"
-        }
+    // Llama's `rotate_half` pairs halves. Cohere's, GLM's and a few others' pair adjacent
+    // dimensions in place (their modeling code, whatever the file says); DeepSeek-style
+    // checkpoints store interleaved pairs (`rope_interleave`, true by default for DeepSeek V3 and
+    // kin; V2 multiplies complex numbers made of adjacent pairs).
+    let layout = families::layout(model_type)?;
+    let interleaved = match layout {
+        families::Pairs::Adjacent { .. } => true,
+        families::Pairs::Halves => match root.bool("rope_interleave")? {
+            Some(interleaved) => interleaved,
+            None => {
+                defaults::INTERLEAVED_BY_DEFAULT.contains(&model_type)
+                    || model_type == "deepseek_v2"
+            }
+        },
     };
-    // DeepSeek's `apply_rotary_pos_emb_interleave` rotates the whole (rope part of the) head.
     if interleaved && rotary_dims < d_head {
-        return Err(HfConfigError::Inconsistent {
-            field: rope.name("partial_rotary_factor"),
-            value: partial.to_string(),
-            rule: format!(
-                "interleaved pairs (rope_interleave) rotate all {d_head} dimensions; \
-                 transformers' apply_rotary_pos_emb_interleave fails on {rotary_dims}"
+        let (rule, fix) = match layout {
+            // GLM's `apply_rotary_pos_emb` slices the first `rotary_dim` dimensions.
+            families::Pairs::Adjacent { partial: true } => (None, ""),
+            families::Pairs::Adjacent { partial: false } => (
+                Some(format!(
+                    "{model_type}'s apply_rotary_pos_emb multiplies all {d_head} dimensions by \
+                     cos and sin, which transformers builds {} wide here: it fails",
+                    2 * RopeScaling::pairs(rotary_dims)
+                )),
+                "leave partial_rotary_factor out (or at 1.0)",
             ),
-            fix: "leave partial_rotary_factor out, or set rope_interleave to false".into(),
-        });
+            // DeepSeek's `apply_rotary_pos_emb_interleave` rotates the whole (rope part of the) head.
+            families::Pairs::Halves => (
+                Some(format!(
+                    "interleaved pairs (rope_interleave) rotate all {d_head} dimensions; \
+                     transformers' apply_rotary_pos_emb_interleave fails on {rotary_dims}"
+                )),
+                "leave partial_rotary_factor out, or set rope_interleave to false",
+            ),
+        };
+        if let Some(rule) = rule {
+            return Err(HfConfigError::Inconsistent {
+                field: rope.name("partial_rotary_factor"),
+                value: partial.to_string(),
+                rule,
+                fix: fix.into(),
+            });
+        }
     }
     let layout = if interleaved {
         RopeLayout::Interleaved

@@ -187,3 +187,68 @@ fn transformers_defaults_fill_what_the_file_leaves_out() {
         (16, 8.0)
     );
 }
+
+#[test]
+fn config_classes_attribute_maps_and_size_defaults_are_followed() {
+    // Falcon's published files say `n_head` / `n_layer`. transformers 5's FalconConfig has no
+    // attribute_map: it ignores them and keeps its defaults, 4544 wide and 71 heads.
+    let falcon = RopeConfig::from_hf_config(
+        r#"{"model_type": "falcon", "hidden_size": 4544, "n_head": 71, "n_layer": 32}"#,
+    )
+    .unwrap();
+    assert_eq!((falcon.d_head, falcon.layout), (64, RopeLayout::HalfSplit));
+    let defaults = RopeConfig::from_hf_config(r#"{"model_type": "falcon"}"#).unwrap();
+    assert_eq!(defaults.d_head, 64);
+    // An `n_head` transformers would ignore for another head count is refused, with the fix.
+    let message = error(r#"{"model_type": "falcon", "hidden_size": 8192, "n_head": 128}"#);
+    assert!(
+        message.contains("`n_head` is 128")
+            && message.contains("num_attention_heads 71")
+            && message.contains("rename `n_head` to `num_attention_heads`"),
+        "{message}"
+    );
+    // DBRX's attribute_map: d_model, n_heads and max_seq_len; the standard key wins.
+    let dbrx = RopeConfig::from_hf_config(
+        r#"{"model_type": "dbrx", "d_model": 96, "n_heads": 4, "max_seq_len": 64}"#,
+    )
+    .unwrap();
+    assert_eq!((dbrx.d_head, dbrx.cache_len), (24, 64));
+    let dbrx = RopeConfig::from_hf_config(
+        r#"{"model_type": "dbrx", "d_model": 96, "hidden_size": 48, "n_heads": 4}"#,
+    )
+    .unwrap();
+    assert_eq!(dbrx.d_head, 12);
+}
+
+#[test]
+fn each_family_rotates_the_pairs_its_modeling_code_rotates() {
+    // Cohere's rotate_half pairs adjacent dimensions in place.
+    let cohere =
+        RopeConfig::from_hf_config(&format!(r#"{{"model_type": "cohere", {HEADS}}}"#)).unwrap();
+    assert_eq!(cohere.layout, RopeLayout::Interleaved);
+    // Its apply_rotary_pos_emb multiplies the whole head: partial rotation fails there.
+    let message = error(&format!(
+        r#"{{"model_type": "cohere", {HEADS}, "partial_rotary_factor": 0.5,
+            "rope_scaling": {{"type": "linear", "factor": 2}}}}"#
+    ));
+    assert!(
+        message.contains("cohere's apply_rotary_pos_emb multiplies all 16 dimensions")
+            && message.contains("leave partial_rotary_factor out"),
+        "{message}"
+    );
+    // GLM's rotates its first rotary_dim dimensions in adjacent pairs (default factor 0.5).
+    let glm = RopeConfig::from_hf_config(&format!(
+        r#"{{"model_type": "glm", {HEADS}, "head_dim": 16}}"#
+    ))
+    .unwrap();
+    assert_eq!(
+        (glm.layout, glm.rotary_dims),
+        (RopeLayout::Interleaved, Some(8))
+    );
+    // NanoChat turns the other way: no layout does, so it is refused with the way round it.
+    let message = error(&format!(r#"{{"model_type": "nanochat", {HEADS}}}"#));
+    assert!(
+        message.contains("cat((x2, -x1))") && message.contains("swap the two halves"),
+        "{message}"
+    );
+}
