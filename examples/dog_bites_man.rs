@@ -15,14 +15,11 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
-use burn_positional::{AbsolutePositionConfig, EmbeddingWithPositionConfig, SelfAttentionConfig};
-use burn_positional_examples::classifier::{SequenceClassifier, SequenceClassifierConfig};
 use burn_positional_examples::device::{DeviceChoice, open_or_cpu};
-use burn_positional_examples::encoder::EncoderConfig;
-use burn_positional_examples::schemes::{Scheme, SchemeParts};
-use burn_positional_examples::who_bites_whom::{self, NOUNS, token_id, vocabulary};
+use burn_positional_examples::dog_bites_man::{self, Trained, TrainingOptions, compare, sentence};
+use burn_positional_examples::schemes::Scheme;
+use burn_positional_examples::who_bites_whom;
 use burn_positional_plots::{Heatmap, draw_heatmaps};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -53,29 +50,6 @@ struct Args {
     seed: u64,
 }
 
-const D_MODEL: usize = 32;
-const N_HEADS: usize = 4;
-
-/// Each scheme's parts for this example's blocks (learned tables of 8 rows).
-fn parts(scheme: Scheme) -> SchemeParts {
-    scheme.parts(8, N_HEADS, D_MODEL / N_HEADS)
-}
-
-fn sentence(text: &str, device: &Device) -> Tensor<2, Int> {
-    let ids: Vec<i64> = text.split(' ').map(|w| token_id(w) as i64).collect();
-    Tensor::from_data(TensorData::new(ids, [1, 3]), device)
-}
-
-/// "man bites dog" is "dog bites man" with words 0 and 2 swapped.
-fn swap_first_and_last(x: Tensor<3>) -> Tensor<3> {
-    let device = x.device();
-    x.select(1, Tensor::<1, Int>::from_data([2, 1, 0], &device))
-}
-
-fn max_abs(t: Tensor<3>) -> f32 {
-    t.abs().max().into_scalar::<f32>()
-}
-
 /// Parts 1 and 2: one randomly initialized attention block, each scheme.
 fn compare_outputs(device: &Device, args: &Args) {
     println!("1-2. One self-attention block (random weights) on both sentences.");
@@ -85,20 +59,13 @@ fn compare_outputs(device: &Device, args: &Args) {
         "scheme", "B rows vs A rows swapped", "mean-pooled B vs A"
     );
     for &scheme in &args.schemes {
-        let (name, parts) = (scheme.to_string(), parts(scheme));
-        device.seed(args.seed);
-        let embed = EmbeddingWithPositionConfig::new(vocabulary().len(), D_MODEL)
-            .with_scheme(parts.embedding)
-            .init(device);
-        let block = SelfAttentionConfig::new(D_MODEL, N_HEADS)
-            .with_rope(parts.rope)
-            .with_score_bias(parts.score_bias)
-            .init(device);
-        let a = block.forward(embed.forward(sentence("dog bites man", device)));
-        let b = block.forward(embed.forward(sentence("man bites dog", device)));
-        let rows = max_abs(b.clone() - swap_first_and_last(a.clone()));
-        let pooled = max_abs(b.mean_dim(1) - a.mean_dim(1));
-        println!("     {name:<23} | {rows:>24.6} | {pooled:>22.6}");
+        let c = compare(scheme, args.seed, device);
+        println!(
+            "     {:<23} | {:>24.6} | {:>22.6}",
+            scheme.to_string(),
+            c.rows_swapped,
+            c.pooled
+        );
     }
     println!(
         "\n     Without positions the rows are the same, only permuted (difference 0 up to float\n     \
@@ -106,39 +73,20 @@ fn compare_outputs(device: &Device, args: &Args) {
     );
 }
 
-struct Trained {
-    name: String,
-    model: SequenceClassifier,
-    train_accuracy: f32,
-    held_out_accuracy: f32,
-    seconds: f64,
-}
-
-/// Part 3: train the classifier with one scheme.
-fn train(scheme: Scheme, args: &Args, device: &Device) -> Trained {
-    let (train_set, held_out) = who_bites_whom::split(args.seed, 5);
-    let training = device.clone().autodiff();
-    training.seed(args.seed);
-    let name = scheme.to_string();
-    let encoder = EncoderConfig::new(vocabulary().len(), AbsolutePositionConfig::None)
-        .with_d_model(D_MODEL)
-        .with_n_heads(N_HEADS)
-        .with_n_blocks(1)
-        .with_position(scheme, 8);
-    let mut model = SequenceClassifierConfig::new(encoder, NOUNS.len()).init(&training);
-    let (ids, answers) = who_bites_whom::batch(&train_set, &training);
-    let mut optim = AdamConfig::new().init();
+/// Part 3: train the classifier with one scheme, with a progress bar; the seconds it took.
+fn train(scheme: Scheme, args: &Args, device: &Device) -> (Trained, f64) {
+    let options = TrainingOptions {
+        steps: args.steps,
+        seed: args.seed,
+    };
     let progress = ProgressBar::new(args.steps as u64).with_style(
         ProgressStyle::with_template("     {prefix:<23} [{bar:30}] {pos:>4}/{len} {msg}")
             .unwrap()
             .progress_chars("=> "),
     );
-    progress.set_prefix(name.clone());
+    progress.set_prefix(scheme.to_string());
     let start = Instant::now();
-    let mut train_accuracy = 0.0;
-    for step in 0..args.steps {
-        let (loss, accuracy) = model.loss_and_accuracy(ids.clone(), answers.clone());
-        train_accuracy = accuracy;
+    let trained = dog_bites_man::train(scheme, &options, device, |step, loss, accuracy| {
         if step % 10 == 0 || step + 1 == args.steps {
             progress.set_message(format!(
                 "loss {:.3}, train accuracy {:>5.1} %",
@@ -146,21 +94,10 @@ fn train(scheme: Scheme, args: &Args, device: &Device) -> Trained {
                 100.0 * accuracy
             ));
         }
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        model = optim.step(1e-2, model, grads);
         progress.inc(1);
-    }
+    });
     progress.finish();
-    let model = model.valid();
-    let (held_ids, held_answers) = who_bites_whom::batch(&held_out, device);
-    let (_, held_out_accuracy) = model.loss_and_accuracy(held_ids, held_answers);
-    Trained {
-        name,
-        model,
-        train_accuracy,
-        held_out_accuracy,
-        seconds: start.elapsed().as_secs_f64(),
-    }
+    (trained, start.elapsed().as_secs_f64())
 }
 
 /// Part 4: the last block's attention, averaged over heads, as a 3x3 grid per sentence.
@@ -174,7 +111,7 @@ fn attention_panels(trained: &Trained, device: &Device) -> Vec<Heatmap> {
             let values: Vec<f32> = weights.into_data().iter::<f32>().collect();
             let words: Vec<String> = text.split(' ').map(String::from).collect();
             Heatmap {
-                title: format!("{}: \"{text}\"", trained.name),
+                title: format!("{}: \"{text}\"", trained.scheme),
                 row_labels: words.clone(),
                 col_labels: words,
                 values: values.chunks(3).map(<[f32]>::to_vec).collect(),
@@ -195,7 +132,7 @@ fn main() {
 
     compare_outputs(device, &args);
 
-    let (train_set, held_out) = who_bites_whom::split(args.seed, 5);
+    let (train_set, held_out) = who_bites_whom::split(args.seed, dog_bites_man::HOLDOUT_EVERY);
     println!(
         "3.   Training \"who bites whom?\": {} sentences like \"dog bites man\" (answer: dog), {} more held out.\n     \
          {} steps of Adam per scheme; mean-pooled attention, so order can only come from positions.\n",
@@ -203,7 +140,7 @@ fn main() {
         held_out.len(),
         args.steps
     );
-    let trained: Vec<Trained> = args
+    let trained: Vec<(Trained, f64)> = args
         .schemes
         .iter()
         .map(|&scheme| train(scheme, &args, device))
@@ -212,13 +149,13 @@ fn main() {
         "\n     {:<23} | {:>9} | {:>9} | {:>7}",
         "scheme", "train", "held-out", "seconds"
     );
-    for t in &trained {
+    for (t, seconds) in &trained {
         println!(
             "     {:<23} | {:>7.1} % | {:>7.1} % | {:>7.1}",
-            t.name,
+            t.scheme.to_string(),
             100.0 * t.train_accuracy,
             100.0 * t.held_out_accuracy,
-            t.seconds
+            seconds
         );
     }
     println!(
@@ -237,8 +174,8 @@ fn main() {
     let path = args.out.join("dog_bites_man_attention.png");
     let panels: Vec<Heatmap> = trained
         .iter()
-        .filter(|t| t.name == "none" || t.name == "sinusoidal")
-        .flat_map(|t| attention_panels(t, device))
+        .filter(|(t, _)| matches!(t.scheme, Scheme::None | Scheme::Sinusoidal))
+        .flat_map(|(t, _)| attention_panels(t, device))
         .collect();
     draw_heatmaps(
         &path,

@@ -1,8 +1,9 @@
-//! The dog-bites-man demo of `burn-positional` (`examples/dog_bites_man.rs`) and what the other
-//! examples, benches and tests share: choosing a device by name ([`device`]), every scheme by
-//! name ([`schemes`]), a task only order can solve ([`who_bites_whom`]) and a tiny model for it
-//! ([`classifier`]), the body every example model shares ([`encoder`]), and a seeded generator
-//! ([`rng`]). Not published.
+//! The dog-bites-man demo of `burn-positional` (its measurements in [`dog_bites_man`], printed by
+//! `examples/dog_bites_man.rs` and checked by the top-level `tests/dog_bites_man.rs`) and what
+//! the other examples, benches and tests share: choosing a device by name ([`device`]), every
+//! scheme by name ([`schemes`]), a task only order can solve ([`who_bites_whom`]) and a tiny
+//! model for it ([`classifier`]), the body every example model shares ([`encoder`]), and a
+//! seeded generator ([`rng`]). Not published.
 //!
 //! The library itself is the `burn-positional` crate; these modules use it exactly as a user's
 //! crate would. The studies (training on burn-train, the properties report, length
@@ -10,6 +11,7 @@
 
 pub mod classifier;
 pub mod device;
+pub mod dog_bites_man;
 pub mod encoder;
 pub mod rng;
 pub mod schemes;
