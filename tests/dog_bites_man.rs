@@ -11,7 +11,7 @@
 //! 2. The "who bites whom?" classifier stays at chance on held-out sentences without positions
 //!    (and with symmetric ALiBi), and reaches exactly 100 % with each absolute scheme, T5 and
 //!    RoPE.
-//! 3. The same seed gives the same numbers twice, bit for bit, on each device.
+//! 3. The same seed gives the same numbers twice, bit for bit, on each device (two short runs).
 //! 4. wgpu (and ndarray) give flex's verdicts.
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -23,10 +23,18 @@ use burn_positional_examples::dog_bites_man::{Comparison, TrainingOptions, compa
 use burn_positional_examples::schemes::Scheme;
 
 /// Training steps per scheme: the example's 150 cut to the fewest that still give exactly 100 %
-/// held-out for every position scheme, with a margin. Measured (held-out accuracy of
-/// sinusoidal, learned, learned-from-sinusoidal, t5, rope; none and alibi at 50 % throughout):
-/// TODO
-const STEPS: usize = 60;
+/// held-out for every position scheme, with a margin. Measured with the release example on
+/// flex (`--steps N --seed S`), none and alibi at 50.0 % train and held-out in every run:
+/// - 20 steps: seed 1, t5 at 98.5 % held-out (the others 100 %); seeds 7 and 42 all 100 %
+///   held-out (seed 7's t5 at 99.6 % train);
+/// - 25 steps: seeds 1, 2, 3, 7, 42 all at 100 % train and held-out;
+/// - 30 steps (this): seeds 1, 2, 3, 7, 42 all at 100 % train and held-out; 40 steps: seeds 1,
+///   7, 42 the same.
+const STEPS: usize = 30;
+/// Steps of the two short runs that must give the same numbers: every operation of training
+/// (forward, backward, Adam) runs in each step, so a step count this small shows a
+/// nondeterministic one as well as 30 would, at a tenth of the time.
+const SAME_TWICE_STEPS: usize = 3;
 /// The example's default seed.
 const SEED: u64 = 42;
 
@@ -100,8 +108,8 @@ struct Verdict {
     held_out_per_mille: u32,
 }
 
-/// The example's run on `device`: every scheme compared, then trained.
-fn run(name: &str, device: &Device) -> Run {
+/// The example's run on `device`: every scheme compared, then trained `steps` steps.
+fn run(name: &str, device: &Device, steps: usize) -> Run {
     // burn's seed is one generator per backend: runs on the same backend must not interleave.
     let _guard = backend_lock(name);
     let start = Instant::now();
@@ -109,10 +117,7 @@ fn run(name: &str, device: &Device) -> Run {
         .iter()
         .map(|&scheme| compare(scheme, SEED, device))
         .collect();
-    let options = TrainingOptions {
-        steps: STEPS,
-        seed: SEED,
-    };
+    let options = TrainingOptions { steps, seed: SEED };
     let scores = Scheme::ALL
         .iter()
         .map(|&scheme| {
@@ -132,7 +137,7 @@ fn run(name: &str, device: &Device) -> Run {
         scores,
     };
     eprintln!(
-        "{name}: {:.1} s, {STEPS} steps per scheme\n{run:#?}",
+        "{name}: {:.1} s, {steps} steps per scheme\n{run:#?}",
         start.elapsed().as_secs_f64()
     );
     run
@@ -262,10 +267,10 @@ fn first_run(name: &'static str) -> &'static Run {
     #[cfg(feature = "ndarray")]
     static NDARRAY: OnceLock<Run> = OnceLock::new();
     match name {
-        "flex" => FLEX.get_or_init(|| run(name, &flex())),
-        "wgpu" => WGPU.get_or_init(|| run(name, &wgpu())),
+        "flex" => FLEX.get_or_init(|| run(name, &flex(), STEPS)),
+        "wgpu" => WGPU.get_or_init(|| run(name, &wgpu(), STEPS)),
         #[cfg(feature = "ndarray")]
-        "ndarray" => NDARRAY.get_or_init(|| run(name, &ndarray())),
+        "ndarray" => NDARRAY.get_or_init(|| run(name, &ndarray(), STEPS)),
         other => panic!("no device {other}"),
     }
 }
@@ -282,14 +287,16 @@ fn claims_hold_on_wgpu() {
 
 #[test]
 fn same_seed_same_numbers_on_flex() {
-    let first = first_run("flex");
-    check_same_twice("flex", first, &run("flex", &flex()));
+    let device = flex();
+    let first = run("flex", &device, SAME_TWICE_STEPS);
+    check_same_twice("flex", &first, &run("flex", &device, SAME_TWICE_STEPS));
 }
 
 #[test]
 fn same_seed_same_numbers_on_wgpu() {
-    let first = first_run("wgpu");
-    check_same_twice("wgpu", first, &run("wgpu", &wgpu()));
+    let device = wgpu();
+    let first = run("wgpu", &device, SAME_TWICE_STEPS);
+    check_same_twice("wgpu", &first, &run("wgpu", &device, SAME_TWICE_STEPS));
 }
 
 #[test]
@@ -316,8 +323,13 @@ fn claims_hold_on_ndarray() {
 #[cfg(feature = "ndarray")]
 #[test]
 fn same_seed_same_numbers_on_ndarray() {
-    let first = first_run("ndarray");
-    check_same_twice("ndarray", first, &run("ndarray", &ndarray()));
+    let device = ndarray();
+    let first = run("ndarray", &device, SAME_TWICE_STEPS);
+    check_same_twice(
+        "ndarray",
+        &first,
+        &run("ndarray", &device, SAME_TWICE_STEPS),
+    );
 }
 
 #[cfg(feature = "ndarray")]
