@@ -7,8 +7,8 @@
 //! | [`Sinusoidal`](AbsolutePositionConfig::Sinusoidal) | Vaswani et al. 2017 | computed | up to a bounded `max_len`, f64-accurate; past it a clear error |
 //! | [`Learned`](AbsolutePositionConfig::Learned) | BERT, GPT | trained `[max_len, d]` | a clear error |
 //!
-//! Schemes that act on attention rather than on the embedding (rotary, score biases) live with
-//! the attention block; for them the embedding's scheme is `None`.
+//! Schemes that act on attention rather than on the embedding live in [`rotary`](crate::rotary)
+//! and [`score_bias`](crate::score_bias); for them the embedding's scheme is `None`.
 
 use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};

@@ -351,7 +351,7 @@ impl SinusoidalPosition {
     }
 
     /// Rows `offset..offset + seq` of the table (past the cache, the device table grows once;
-    /// see [`table`](Self::table)).
+    /// at most to `max_len` rows).
     ///
     /// # Shapes
     ///

@@ -1,10 +1,12 @@
-//! The self-attention block, its inputs, its cache and its score biases.
+//! The self-attention block that hosts the rotary and score-bias families: its config, its
+//! inputs, its KV cache, and the tiled attention that computes a score bias inside tiles of
+//! queries.
 //!
-//! - [`config`]: [`SelfAttentionConfig`], its checks and `init`;
-//! - [`block`]: [`SelfAttention`] and its forwards;
-//! - [`input`]: [`AttentionInput`], [`AttentionOutput`], [`padding_mask`];
-//! - [`kv_cache`]: [`KvCache`], bound to the block that filled it;
-//! - [`mask`]: the causal mask, cached by shape.
+//! - [`SelfAttentionConfig`]: its checks and `init` (`config.rs`);
+//! - [`SelfAttention`] and its forwards (`block.rs`);
+//! - [`AttentionInput`], [`AttentionOutput`], [`padding_mask`] (`input.rs`);
+//! - [`KvCache`], bound to the block that filled it (`kv_cache.rs`);
+//! - the causal mask, cached by shape (`mask.rs`), and the tiled attention (`tiled.rs`).
 
 mod block;
 mod config;

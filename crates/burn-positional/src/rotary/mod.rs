@@ -273,9 +273,13 @@ impl RopeConfig {
     /// are invalid (a factor below 1 or not finite, a longrope factor list of the wrong length,
     /// ...): the message of [`validate`](Self::validate).
     pub fn init(&self, device: &Device) -> Rope {
-        if let Err(err) = self.validate() {
-            panic!("{err}");
-        }
+        self.try_init(device).unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    /// Checks the config ([`validate`](Self::validate)) and builds the rotation with its
+    /// precomputed angles.
+    pub fn try_init(&self, device: &Device) -> Result<Rope, PositionError> {
+        self.validate()?;
         let rotary_dims = self.formula_dims();
         let (inv_freq, attention) =
             self.scaling
@@ -287,7 +291,7 @@ impl RopeConfig {
             self.arithmetic,
         );
         let shape = [self.cache_len, inv_freq.len()];
-        Rope {
+        Ok(Rope {
             cos: Tensor::from_data(TensorData::new(cos, shape), device),
             sin: Tensor::from_data(TensorData::new(sin, shape), device),
             d_head: self.d_head,
@@ -298,7 +302,7 @@ impl RopeConfig {
             arithmetic: self.arithmetic,
             grown: Grown::default(),
             positions: Grown::default(),
-        }
+        })
     }
 }
 
@@ -606,6 +610,22 @@ impl Rope {
 
 #[cfg(test)]
 mod tests {
+
+    /// One config pattern: `try_init` returns what `validate` finds, `init` panics with it.
+    #[test]
+    fn try_init_returns_what_validate_finds_and_init_panics_with_it() {
+        let device = Device::flex();
+        for config in [
+            RopeConfig::new(7),
+            RopeConfig::new(8).with_rotary_dims(Some(10)),
+        ] {
+            let err = config.validate().unwrap_err();
+            assert_eq!(config.try_init(&device).unwrap_err(), err);
+            let panic = std::panic::catch_unwind(|| config.init(&device)).unwrap_err();
+            assert_eq!(panic.downcast_ref::<String>(), Some(&err.to_string()));
+        }
+        assert_eq!(RopeConfig::new(8).try_init(&device).unwrap().d_head(), 8);
+    }
 
     /// Positions at the end of `usize` are a panic naming the positions and the fix, not an
     /// arithmetic overflow inside the angle lookup (issue 24).
