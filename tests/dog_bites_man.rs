@@ -18,7 +18,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use burn::prelude::*;
-use burn::tensor::DeviceKind;
+use burn_positional_examples::device::{DeviceChoice, open};
 use burn_positional_examples::dog_bites_man::{Comparison, TrainingOptions, compare, train};
 use burn_positional_examples::schemes::Scheme;
 
@@ -235,27 +235,21 @@ fn flex() -> Device {
     Device::flex()
 }
 
-/// The wgpu device. Panics, never skips, when wgpu has no adapter.
+/// The wgpu device, opened as the example opens it. Panics, never skips, when wgpu has no
+/// adapter.
 fn wgpu() -> Device {
     static DEVICE: OnceLock<Device> = OnceLock::new();
     DEVICE
         .get_or_init(|| {
-            // Asking for the identity opens the adapter; without one, that panics.
-            let identity =
-                std::panic::catch_unwind(|| Device::wgpu(DeviceKind::DefaultDevice).identity())
-                    .unwrap_or_else(|_| {
-                        panic!(
-                            "wgpu found no adapter. These tests never skip a backend. Install a \
-                             Vulkan driver (Debian: apt-get install mesa-vulkan-drivers \
-                             libvulkan1, which gives the lavapipe CPU adapter) or run on a \
-                             machine with a GPU."
-                        )
-                    });
-            let adapter = identity
-                .map(|id| id.name)
-                .unwrap_or_else(|| "unnamed adapter".into());
-            eprintln!("wgpu, adapter: {adapter}");
-            Device::wgpu(DeviceKind::DefaultDevice)
+            let opened = open(DeviceChoice::Wgpu).unwrap_or_else(|reason| {
+                panic!(
+                    "{reason}. These tests never skip a backend. Install a Vulkan driver \
+                     (Debian: apt-get install mesa-vulkan-drivers libvulkan1, which gives the \
+                     lavapipe CPU adapter) or run on a machine with a GPU."
+                )
+            });
+            eprintln!("wgpu: {}", opened.description);
+            opened.device
         })
         .clone()
 }
