@@ -241,14 +241,7 @@ on_every_device!(
 mod gradients {
     use super::*;
 
-    fn loss_of(out: Tensor<3>) -> Tensor<1> {
-        let [batch, seq, d] = out.dims();
-        let weights = Tensor::<1, Int>::arange(0..(batch * seq * d) as i64, &out.device())
-            .float()
-            .reshape([batch, seq, d])
-            .sin();
-        (out * weights).sum()
-    }
+    use crate::gradients::loss_of;
 
     fn grads_of(embed: &EmbeddingWithPosition, out: Tensor<3>) -> (Tensor<2>, Option<Tensor<2>>) {
         let grads = loss_of(out).backward();
@@ -308,14 +301,7 @@ mod shared_positions {
         Tensor::from_data([[9, 10, 11, 12, 13, 14, 15]], device)
     }
 
-    fn loss_of(out: Tensor<3>) -> Tensor<1> {
-        let [batch, seq, d] = out.dims();
-        let weights = Tensor::<1, Int>::arange(0..(batch * seq * d) as i64, &out.device())
-            .float()
-            .reshape([batch, seq, d])
-            .sin();
-        (out * weights).sum()
-    }
+    use crate::gradients::loss_of;
 
     fn close(a: Tensor<3>, b: Tensor<3>, what: &str) {
         let diff = (a - b).abs().max().into_scalar::<f32>();

@@ -4,7 +4,8 @@
 use burn::prelude::*;
 use burn_positional::{AbsolutePosition, EmbeddingWithPositionConfig, LearnedConfig};
 
-fn loss_of(out: Tensor<3>) -> Tensor<1> {
+/// A loss that weights every output element differently (shared by the gradient tests).
+pub fn loss_of(out: Tensor<3>) -> Tensor<1> {
     // A loss that weights every output element differently, so no gradient cancels.
     let [batch, seq, d] = out.dims();
     let weights = Tensor::<1, Int>::arange(0..(batch * seq * d) as i64, &out.device())
