@@ -26,7 +26,7 @@ use burn::backend::{
 use burn::tensor::{FloatDType, Shape};
 
 use crate::PositionalKernels;
-use crate::attention::{self, TileArgs, Wanted};
+use crate::attention::{self, Extras, Saved, TileArgs, Wanted};
 use crate::options::{Combine, FusedEmbeddingOptions, KernelArgs};
 use crate::reference::{bool_dtype, id_ok, position_ok, positions_of, token_keep};
 
@@ -197,9 +197,11 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
         v: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         padding: BoolTensor<Self>,
+        positions: IntTensor<Self>,
+        segments: IntTensor<Self>,
         args: TileArgs,
     ) -> FloatTensor<Self> {
-        let padding = args.padded.then_some(padding);
+        let extras = Extras::new(padding, positions, segments, &args);
         match AttentionBackward
             .prepare::<C>([q.node(), k.node(), v.node(), bias.node()])
             .compute_bound()
@@ -217,20 +219,21 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
                     k.clone(),
                     v.clone(),
                     &bias,
-                    padding.as_ref(),
+                    &extras,
                     &args,
+                    true,
                 );
-                let state = AttentionState {
+                let saved = Saved {
                     q,
                     k,
                     v,
                     bias,
-                    padding,
+                    extras,
                     output: output.clone(),
-                    lse,
+                    lse: lse.expect("the forward keeps the log-sum-exp when asked"),
                     args,
                 };
-                prep.finish(state, output)
+                prep.finish(saved, output)
             }
             OpsKind::UnTracked(prep) => {
                 let (output, _) = attention::forward::<B>(
@@ -238,8 +241,9 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
                     k.into_primitive(),
                     v.into_primitive(),
                     &bias.into_primitive(),
-                    padding.as_ref(),
+                    &extras,
                     &args,
+                    false,
                 );
                 prep.finish(output)
             }
@@ -247,39 +251,22 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
     }
 }
 
-/// What the attention backward keeps: the inputs, the output and one log-sum-exp per query
-/// row; no `seq_q x seq_k` tensor.
-#[derive(Clone, Debug)]
-struct AttentionState<B: Backend> {
-    q: FloatTensor<B>,
-    k: FloatTensor<B>,
-    v: FloatTensor<B>,
-    bias: FloatTensor<B>,
-    padding: Option<BoolTensor<B>>,
-    output: FloatTensor<B>,
-    lse: FloatTensor<B>,
-    args: TileArgs,
-}
-
 #[derive(Debug)]
 struct AttentionBackward;
 
 impl<B: Backend> Backward<B, 4> for AttentionBackward {
-    type State = AttentionState<B>;
+    type State = Saved<B>;
 
     fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node_q, node_k, node_v, node_bias] = ops.parents;
         let grad = grads.consume::<B>(&ops.node);
-        let s = ops.state;
         let wanted = Wanted {
             q: node_q.is_some(),
             k: node_k.is_some(),
             v: node_v.is_some(),
             bias: node_bias.is_some(),
         };
-        let g = attention::backward::<B>(
-            s.q, s.k, s.v, s.bias, s.padding, s.output, s.lse, grad, &s.args, wanted,
-        );
+        let g = attention::backward::<B>(ops.state, grad, wanted);
         for (node, grad) in [
             (node_q, g.q),
             (node_k, g.k),

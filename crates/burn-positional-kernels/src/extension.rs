@@ -14,7 +14,7 @@
     allow(unused_variables)
 )]
 
-use crate::attention::{self, TileArgs};
+use crate::attention::{self, Extras, TileArgs};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use crate::options;
 use crate::options::KernelArgs;
@@ -69,8 +69,10 @@ pub(crate) trait PositionalKernels: Backend {
         reference::fused_embedding::<Self>(tokens, ids, positions, Some(table), &args)
     }
 
-    /// Tiled softmax attention with the bias in compact form (see [`crate::attention`]).
-    /// Output `[batch, n_heads, seq_q, d_head]`.
+    /// Tiled softmax attention with positions in compact form (see [`crate::attention`]):
+    /// `positions` `[1 or batch, seq_q + seq_k]` and `segments` `[batch, seq_q + seq_k]` (queries
+    /// then keys) and `padding` `[batch, seq_k]` are read only where `args` says they are given.
+    /// Output `[batch, n_heads, seq_q, d_v]`.
     #[fusion(default)]
     fn tiled_attention(
         q: FloatTensor<Self>,
@@ -78,10 +80,12 @@ pub(crate) trait PositionalKernels: Backend {
         v: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         padding: BoolTensor<Self>,
+        positions: IntTensor<Self>,
+        segments: IntTensor<Self>,
         args: TileArgs,
     ) -> FloatTensor<Self> {
-        let padding = args.padded.then_some(padding);
-        attention::forward::<Self>(q, k, v, &bias, padding.as_ref(), &args).0
+        let extras = Extras::new(padding, positions, segments, &args);
+        attention::forward::<Self>(q, k, v, &bias, &extras, &args, false).0
     }
 }
 
@@ -108,9 +112,11 @@ pub(crate) trait PositionalKernels: Backend {
         v: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         padding: BoolTensor<Self>,
+        positions: IntTensor<Self>,
+        segments: IntTensor<Self>,
         args: TileArgs,
     ) -> FloatTensor<Self> {
-        let padding = args.padded.then_some(padding);
-        attention::forward::<Self>(q, k, v, &bias, padding.as_ref(), &args).0
+        let extras = Extras::new(padding, positions, segments, &args);
+        attention::forward::<Self>(q, k, v, &bias, &extras, &args, false).0
     }
 }

@@ -44,7 +44,8 @@ pub use absolute::{
     SinusoidalConfig, SinusoidalPosition,
 };
 pub use attention::{
-    AttentionInput, AttentionOutput, KvCache, SelfAttention, SelfAttentionConfig, padding_mask,
+    AttendOptions, AttentionBias, AttentionInput, AttentionOutput, AttentionPositions, KvCache,
+    SelfAttention, SelfAttentionConfig, Window, attend, padding_mask, try_attend,
 };
 /// Add or concatenate: one type for the layer's config and the kernels.
 pub use burn_positional_kernels::Combine;

@@ -4,17 +4,20 @@ use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::nn::transformer::PositionWiseFeedForward;
 use burn::nn::{Dropout, LayerNorm, Linear};
 use burn::tensor::activation::softmax;
-use burn::tensor::module::attention;
+use burn::tensor::module::attention as burn_attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Shape, Tensor};
+use burn::tensor::{Bool, Int, Shape, Tensor};
 
 use super::kv_cache::BlockId;
 use super::mask::CausalMasks;
-use super::tiled::{CompactBias, tile_rows, tiled_attention};
-use super::{AttentionInput, AttentionOutput, KvCache};
+use super::{
+    AttendOptions, AttentionInput, AttentionOutput, AttentionPositions, KvCache, Window, attend,
+};
+use crate::AttentionBias;
 use crate::Rope;
 use crate::ScoreBias;
 use crate::score_bias::cast;
+use crate::score_bias::distance::relative;
 
 /// A small self-attention block: multi-head attention and a feed-forward, each behind a
 /// pre-norm residual (as in GPT-2 and most models since).
@@ -92,8 +95,10 @@ pub struct SelfAttention {
     pub feed_forward: PositionWiseFeedForward,
     /// Dropout on weights and residual branches.
     pub dropout: Dropout,
-    /// Number of heads.
+    /// Number of query heads.
     pub n_heads: usize,
+    /// Number of key and value heads (`n_heads` without grouping).
+    pub n_kv_heads: usize,
     /// Whether later tokens are masked: the one place this is decided. The score biases follow
     /// it (T5's buckets are asked for with it; ALiBi's bias is the same either way).
     pub causal: bool,
@@ -101,6 +106,9 @@ pub struct SelfAttention {
     pub rope: Option<Rope>,
     /// The block's own score bias.
     pub score_bias: Option<ScoreBias>,
+    /// The sliding window, if any (from `SelfAttentionConfig::sliding_window`).
+    #[module(skip)]
+    pub window: Option<Window>,
     /// This block's identity, which a [`KvCache`] is bound to.
     #[module(skip)]
     pub(super) id: BlockId,
@@ -131,6 +139,13 @@ impl ModuleDisplay for SelfAttention {
         content
             .add("d_model", &d_model)
             .add("n_heads", &self.n_heads)
+            .add("n_kv_heads", &self.n_kv_heads)
+            .add(
+                "window",
+                &self.window.map_or("none".to_string(), |w| {
+                    format!("{}..={}", w.before, w.after)
+                }),
+            )
             .add("causal", &self.causal)
             .add("position", &position.to_string())
             .optional()
@@ -231,6 +246,8 @@ impl SelfAttention {
             x,
             key_padding,
             score_bias,
+            positions,
+            segments,
         } = input;
         let [batch, seq, d_model] = x.dims();
         assert_eq!(
@@ -243,6 +260,30 @@ impl SelfAttention {
         );
         if let Some(cache) = &cache {
             cache.check_owner(self.id, batch);
+        }
+        assert!(
+            cache.is_none() || (positions.is_none() && segments.is_none()),
+            "explicit positions and segment ids are for whole (packed) sequences, not for \
+             decoding with a KvCache. Fix: decode each sequence with `forward_cache` from \
+             sequential positions, or run the packed rows with `forward_input`"
+        );
+        if let Some(p) = &positions {
+            let [b, s] = p.dims();
+            assert!(
+                s == seq && (b == 1 || b == batch),
+                "positions must be [batch {batch} or 1, seq {seq}], got {:?}. Fix: one position \
+                 per token",
+                p.dims()
+            );
+        }
+        if let Some(ids) = &segments {
+            assert_eq!(
+                ids.dims(),
+                [batch, seq],
+                "segment ids must be [batch {batch}, seq {seq}], got {:?}. Fix: one document id \
+                 per token",
+                ids.dims()
+            );
         }
         let offset = cache.as_ref().map_or(0, |cache| cache.len());
         let seq_k = offset + seq;
@@ -276,7 +317,12 @@ impl SelfAttention {
             return (x, weights);
         }
         let normed = self.norm_attention.forward(x.clone());
-        let (attended, weights) = self.attend(normed, cache, offset, key_padding, score_bias, path);
+        let packed = Packed {
+            positions,
+            segments,
+        };
+        let (attended, weights) =
+            self.attend(normed, cache, offset, key_padding, score_bias, packed, path);
         let x = x + self.dropout.forward(attended);
         let fed = self
             .feed_forward
@@ -285,6 +331,7 @@ impl SelfAttention {
     }
 
     /// Multi-head attention over already normalized tokens at positions `offset..`.
+    #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
         x: Tensor<3>,
@@ -292,17 +339,19 @@ impl SelfAttention {
         offset: usize,
         key_padding: Option<Tensor<2, Bool>>,
         score_bias: Option<Tensor<4>>,
+        packed: Packed,
         path: Path,
     ) -> (Tensor<3>, Option<Tensor<4>>) {
         let [batch, seq, d_model] = x.dims();
-        let (n_heads, d_head) = (self.n_heads, d_model / self.n_heads);
-        let seq_k = offset + seq;
+        let (n_heads, n_kv_heads) = (self.n_heads, self.n_kv_heads);
+        let d_head = d_model / n_heads;
         let device = x.device();
-        // [batch, seq, d_model] -> [batch, n_heads, seq, d_head]
-        let split = |t: Tensor<3>| t.reshape([batch, seq, n_heads, d_head]).swap_dims(1, 2);
-        let mut q = split(self.query.forward(x.clone()));
-        let mut k = split(self.key.forward(x.clone()));
-        let mut v = split(self.value.forward(x));
+        // [batch, seq, heads * d_head] -> [batch, heads, seq, d_head]
+        let split =
+            |t: Tensor<3>, heads: usize| t.reshape([batch, seq, heads, d_head]).swap_dims(1, 2);
+        let mut q = split(self.query.forward(x.clone()), n_heads);
+        let mut k = split(self.key.forward(x.clone()), n_kv_heads);
+        let mut v = split(self.value.forward(x), n_kv_heads);
         // A rope whose frequencies follow the sequence's length (dynamic, longrope) caches its
         // keys unrotated and rotates all of them with the current frequencies at every step, so
         // decoding equals one forward over the whole sequence (see the `rope` module docs).
@@ -312,45 +361,116 @@ impl SelfAttention {
                 .as_ref()
                 .is_some_and(|rope| rope.scaling().is_length_dependent());
         if let Some(rope) = &self.rope {
-            q = rope.apply(q, offset);
-            if !rotate_after_cache {
-                k = rope.apply(k, offset);
+            match &packed.positions {
+                Some(positions) => {
+                    q = rope.apply_at(q, positions.clone());
+                    k = rope.apply_at(k, positions.clone());
+                }
+                None => {
+                    q = rope.apply(q, offset);
+                    if !rotate_after_cache {
+                        k = rope.apply(k, offset);
+                    }
+                }
             }
         }
+        // Position of the first key attended: 0, or where a rolling cache starts.
+        let mut key_start = 0;
         if let Some(cache) = cache {
             // Bound to this block and batch: checked in `run` before anything was touched.
+            key_start = cache.start;
             if let (Some(past_k), Some(past_v)) = (cache.keys.take(), cache.values.take()) {
                 k = Tensor::cat(vec![past_k, k], 2);
                 v = Tensor::cat(vec![past_v, v], 2);
             }
-            cache.keys = Some(k.clone());
-            cache.values = Some(v.clone());
+            // A windowed block keeps the keys the next query can see, and no more.
+            let held = k.dims()[2];
+            let keep = self.window.map_or(held, |w| w.before.max(1)).min(held);
+            let drop = held - keep;
+            cache.keys = Some(
+                k.clone()
+                    .slice([0..batch, 0..n_kv_heads, drop..held, 0..d_head]),
+            );
+            cache.values =
+                Some(
+                    v.clone()
+                        .slice([0..batch, 0..n_kv_heads, drop..held, 0..v.dims()[3]]),
+                );
+            cache.start = key_start + drop;
             cache.owner = Some((self.id, batch));
         }
         if let (true, Some(rope)) = (rotate_after_cache, &self.rope) {
-            k = rope.apply(k, 0); // positions 0..seq_k: the same length, the same frequencies
+            // Positions key_start..offset + seq: the same length, the same frequencies.
+            k = rope.apply(k, key_start);
         }
-        // The tiled path: the block's own ALiBi or T5 bias computed inside tiles of queries,
-        // never the seq x seq square, in the forward and (one node that recomputes its tiles)
-        // in the backward. Taken for ALiBi and T5, for every scheme on an autodiff device (the
-        // alternative there keeps every score for the backward), and wherever tile_rows is set;
-        // not in training with dropout, which drops attention weights the tiles never hold.
+        let seq_k = k.dims()[2];
+        // The user's padding covers every key seen; a rolling cache attends to the last ones.
+        let key_padding = key_padding.map(|mask| {
+            let all = mask.dims()[1];
+            mask.slice([0..batch, all - seq_k..all])
+        });
+        // The tiled path (`attend`): positions in compact form inside tiles of queries, never
+        // the seq x seq square, in the forward and (one node that recomputes its tiles) in the
+        // backward. Taken for ALiBi and T5, grouped heads, a window, packed rows, for every
+        // scheme on an autodiff device (the alternative there keeps every score for the
+        // backward), and wherever tile_rows is set; not for a dense bias from outside, nor in
+        // training with dropout, which drops attention weights the tiles never hold.
         let dropout_on_weights = device.is_autodiff() && self.dropout.prob > 0.0;
+        let compact_only = n_kv_heads != n_heads
+            || self.window.is_some()
+            || packed.positions.is_some()
+            || packed.segments.is_some();
         let tiled = path == Path::Fused
             && score_bias.is_none()
             && !dropout_on_weights
-            && (self.tile_rows.is_some() || self.score_bias.is_some() || device.is_autodiff());
+            && (compact_only
+                || self.tile_rows.is_some()
+                || self.score_bias.is_some()
+                || device.is_autodiff());
         if tiled {
-            let compact = self
+            let mut options = AttendOptions::new().causal(self.causal);
+            options.bias = self
                 .score_bias
                 .as_ref()
-                .map_or(CompactBias::None, |bias| bias.compact(self.causal));
-            let tile = tile_rows(self.tile_rows, batch, n_heads, seq_k);
-            let context =
-                tiled_attention(q, k, v, &compact, self.causal, offset, key_padding, tile);
+                .map_or(AttentionBias::None, |bias| bias.attention_bias(self.causal));
+            options.window = self.window;
+            options.key_padding = key_padding;
+            options.tile_rows = self.tile_rows;
+            options.positions = match packed.positions {
+                Some(p) => AttentionPositions::Explicit {
+                    query: p.clone(),
+                    key: p,
+                },
+                None => AttentionPositions::Sequential {
+                    query: offset,
+                    key: key_start,
+                },
+            };
+            options.segments = packed.segments.map(|ids| (ids.clone(), ids));
+            let context = attend(q, k, v, &options);
             let merged = context.swap_dims(1, 2).reshape([batch, seq, d_model]);
             return (self.output.forward(merged), None);
         }
+        assert!(
+            packed.positions.is_none() && packed.segments.is_none(),
+            "explicit positions and segment ids run on the tiled path only: not with \
+             `forward_weights`, a score bias from outside, or dropout in training. Fix: \
+             `forward_input` without an outside bias (dropout 0 in training)"
+        );
+        // Grouped heads on the spelled-out paths: each query head with its kv head's copy.
+        let group = n_heads / n_kv_heads;
+        let repeat = |t: Tensor<4>| {
+            if group == 1 {
+                return t;
+            }
+            let [b, h, s, d] = t.dims();
+            t.unsqueeze_dim::<5>(2)
+                .expand([b, h, group, s, d])
+                .reshape([b, h * group, s, d])
+        };
+        let (k, v) = (repeat(k), repeat(v));
+        // Distances only matter from here on: measure queries from the first key held.
+        let offset = offset - key_start;
         let dtype = q.dtype();
         let own = self
             .score_bias
@@ -368,9 +488,9 @@ impl SelfAttention {
         // On an autodiff device burn 0.22.1 has no fused attention: its `attention` is the
         // fallback spelled out in separate ops with two extra clamps, which measured slower
         // in forward plus backward than the scores spelled out here (see docs/performance.md).
-        let use_weights = path == Path::Weights || device.is_autodiff();
+        let use_weights = path == Path::Weights || device.is_autodiff() || self.window.is_some();
         if !use_weights {
-            let context = attention(
+            let context = burn_attention(
                 q,
                 k,
                 v,
@@ -401,6 +521,20 @@ impl SelfAttention {
                 f32::NEG_INFINITY,
             );
         }
+        if let Some(w) = self.window {
+            // Outside the window: farther back than `before`, or (not causal) ahead of `after`.
+            let rel = relative(offset, seq, seq_k, &device);
+            let outside = rel
+                .clone()
+                .lower_elem(-(w.before as i64))
+                .bool_or(rel.greater_elem(w.after as i64));
+            scores = scores.mask_fill(
+                outside
+                    .unsqueeze::<4>()
+                    .expand([batch, n_heads, seq, seq_k]),
+                f32::NEG_INFINITY,
+            );
+        }
         let padded = padding.is_some();
         if let Some(padding) = padding {
             scores = scores.mask_fill(padding, f32::NEG_INFINITY);
@@ -414,4 +548,10 @@ impl SelfAttention {
         let merged = context.swap_dims(1, 2).reshape([batch, seq, d_model]);
         (self.output.forward(merged), Some(weights))
     }
+}
+
+/// Explicit positions and segment ids of packed rows, `[batch or 1, seq]` and `[batch, seq]`.
+struct Packed {
+    positions: Option<Tensor<2, Int>>,
+    segments: Option<Tensor<2, Int>>,
 }

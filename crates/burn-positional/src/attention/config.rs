@@ -61,6 +61,20 @@ pub struct SelfAttentionConfig {
     /// the tiles never hold).
     #[config(default = "None")]
     pub tile_rows: Option<usize>,
+    /// Key and value heads (grouped-query attention): the query heads form `n_kv_heads`
+    /// groups of `n_heads / n_kv_heads` that share one key and value head, so the key and
+    /// value projections and the [`KvCache`](crate::KvCache) are `n_kv_heads` heads wide and
+    /// never repeated. `None` (the default): `n_heads` (multi-head); 1: multi-query. Must
+    /// divide `n_heads`.
+    #[config(default = "None")]
+    pub n_kv_heads: Option<usize>,
+    /// A sliding window, as transformers' `sliding_window = w` (Mistral, Gemma 2/3, gpt-oss):
+    /// a query sees itself and the `w - 1` tokens before it (and, in a block that is not
+    /// causal, the `w - 1` tokens after it). A [`KvCache`](crate::KvCache) of a windowed block
+    /// keeps only the last `w - 1` keys, so decoding memory stays bounded. `None` (the
+    /// default): every token. Must be at least 1.
+    #[config(default = "None")]
+    pub sliding_window: Option<usize>,
 }
 
 impl SelfAttentionConfig {
@@ -109,6 +123,28 @@ impl SelfAttentionConfig {
                 ),
             });
         }
+        if let Some(n_kv_heads) = self.n_kv_heads
+            && (n_kv_heads == 0 || n_heads % n_kv_heads != 0)
+        {
+            return Err(PositionError::InvalidConfig {
+                field: "SelfAttentionConfig::n_kv_heads",
+                value: format!("Some({n_kv_heads}) (with n_heads = {n_heads})"),
+                rule: "the query heads must form whole groups, one per key/value head",
+                fix: format!(
+                    "choose n_kv_heads among the divisors of n_heads ({}), or None for one key \
+                     and value head per query head",
+                    super::attend::divisors(n_heads)
+                ),
+            });
+        }
+        if self.sliding_window == Some(0) {
+            return Err(PositionError::InvalidConfig {
+                field: "SelfAttentionConfig::sliding_window",
+                value: "Some(0)".into(),
+                rule: "a window holds at least the query itself",
+                fix: "use None (every token) or the checkpoint's `sliding_window`".into(),
+            });
+        }
         if !(0.0..1.0).contains(&self.dropout) {
             return Err(PositionError::InvalidConfig {
                 field: "SelfAttentionConfig::dropout",
@@ -136,7 +172,7 @@ impl SelfAttentionConfig {
                 fix: "use the default 1e-5".into(),
             });
         }
-        // The projections are d_model x d_model, the feed-forward d_model x d_ff.
+        // The projections are at most d_model x d_model, the feed-forward d_model x d_ff.
         let fix = || "use the width of the model's token vectors".to_string();
         table_fits("SelfAttentionConfig::d_model", d_model, d_model, fix)?;
         table_fits(
@@ -184,6 +220,15 @@ impl SelfAttentionConfig {
         let d_model = self.d_model;
         let d_ff = self.d_ff.unwrap_or(4 * d_model); // checked by `validate`
         let linear = |d_in, d_out| LinearConfig::new(d_in, d_out).init(device);
+        let n_kv_heads = self.n_kv_heads.unwrap_or(self.n_heads);
+        let d_kv = n_kv_heads * (d_model / self.n_heads);
+        let window = self.sliding_window.map(|w| {
+            let reach = w - 1;
+            super::Window {
+                before: reach,
+                after: if self.causal { 0 } else { reach },
+            }
+        });
         let norm = || {
             LayerNormConfig::new(d_model)
                 .with_epsilon(self.norm_eps)
@@ -192,8 +237,8 @@ impl SelfAttentionConfig {
         Ok(materialize(SelfAttention {
             norm_attention: norm(),
             query: linear(d_model, d_model),
-            key: linear(d_model, d_model),
-            value: linear(d_model, d_model),
+            key: linear(d_model, d_kv),
+            value: linear(d_model, d_kv),
             output: linear(d_model, d_model),
             norm_feed_forward: norm(),
             feed_forward: PositionWiseFeedForwardConfig::new(d_model, d_ff)
@@ -201,7 +246,9 @@ impl SelfAttentionConfig {
                 .init(device),
             dropout: DropoutConfig::new(self.dropout).init(),
             n_heads: self.n_heads,
+            n_kv_heads,
             causal: self.causal,
+            window,
             rope: self.rope.as_ref().map(|rope| rope.init(device)),
             score_bias: self.score_bias.as_ref().map(|bias| bias.init(device)),
             id: BlockId::next(),

@@ -34,6 +34,12 @@ pub struct AttentionInput {
     pub key_padding: Option<Tensor<2, Bool>>,
     /// `[batch or 1, n_heads or 1, seq, seq_k]`, added to the scores beside the block's own.
     pub score_bias: Option<Tensor<4>>,
+    /// `[batch or 1, seq]`: one position per token (packed documents restarting at 0, left
+    /// padding), for RoPE and for the bias and window of the block; sequential from 0 when
+    /// `None`.
+    pub positions: Option<Tensor<2, Int>>,
+    /// `[batch, seq]`: a document id per token; a token attends only within its document.
+    pub segments: Option<Tensor<2, Int>>,
 }
 
 impl AttentionInput {
@@ -43,6 +49,8 @@ impl AttentionInput {
             x,
             key_padding: None,
             score_bias: None,
+            positions: None,
+            segments: None,
         }
     }
 
@@ -50,6 +58,38 @@ impl AttentionInput {
     /// [`padding_mask`]). A query whose keys are all padding gets zero attention.
     pub fn key_padding(mut self, mask: Tensor<2, Bool>) -> Self {
         self.key_padding = Some(mask);
+        self
+    }
+
+    /// Packed rows: several documents in one row, `segments` (`[batch, seq]`) their ids and
+    /// `positions` (`[batch or 1, seq]`) each token's position in its document. Each token
+    /// attends only within its document, and RoPE, ALiBi, T5 and the window measure with the
+    /// positions, so a packed row gives what each document gives alone. Runs on the tiled path
+    /// ([`SelfAttention`](crate::SelfAttention)'s docs): not with an outside score bias,
+    /// `forward_weights`, a [`KvCache`](crate::KvCache) or dropout in training.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::{AttentionInput, SelfAttentionConfig};
+    ///
+    /// let device = Device::flex();
+    /// let block = SelfAttentionConfig::new(32, 4).with_causal(true).with_rotary().init(&device);
+    /// let x = Tensor::<3>::ones([1, 5, 32], &device);
+    /// let segments = Tensor::<2, Int>::from_data([[0, 0, 0, 1, 1]], &device);
+    /// let positions = Tensor::<2, Int>::from_data([[0, 1, 2, 0, 1]], &device);
+    /// let input = AttentionInput::new(x).packed(segments, positions);
+    /// assert_eq!(block.forward_input(input).dims(), [1, 5, 32]);
+    /// ```
+    pub fn packed(mut self, segments: Tensor<2, Int>, positions: Tensor<2, Int>) -> Self {
+        self.segments = Some(segments);
+        self.positions = Some(positions);
+        self
+    }
+
+    /// One position per token (`[batch or 1, seq]`), without segments: left padding, or
+    /// positions that do not start at 0.
+    pub fn positions(mut self, positions: Tensor<2, Int>) -> Self {
+        self.positions = Some(positions);
         self
     }
 

@@ -12,6 +12,12 @@ use burn::tensor::Tensor;
 /// equals one forward over the whole sequence (see [`Rope`](crate::Rope)). Each step
 /// concatenates the new keys and values on the device (no read).
 ///
+/// A block with grouped heads ([`SelfAttentionConfig::n_kv_heads`](crate::SelfAttentionConfig::n_kv_heads))
+/// caches its `n_kv_heads` key and value heads, not one per query head. A block with a
+/// [`sliding_window`](crate::SelfAttentionConfig::sliding_window) `w` keeps only the last
+/// `w - 1` keys (at least one): the cache rolls, and its memory stays bounded however long
+/// the decoding runs ([`kept`](Self::kept) says how many it holds).
+///
 /// A cache is bound to the block that filled it (that block and its clones) and to its batch
 /// size: another block, or a batch of another size, is refused with a message before the
 /// cache is touched, so a mistake never gives silently wrong output nor empties the cache.
@@ -20,6 +26,8 @@ use burn::tensor::Tensor;
 pub struct KvCache {
     pub(super) keys: Option<Tensor<4>>,
     pub(super) values: Option<Tensor<4>>,
+    /// Position of the first key kept: 0, or past it once a windowed block's cache rolls.
+    pub(super) start: usize,
     /// The block and batch size that filled it.
     pub(super) owner: Option<(BlockId, usize)>,
 }
@@ -42,9 +50,20 @@ impl KvCache {
         Self::default()
     }
 
-    /// Tokens cached so far: the position of the next query.
+    /// Tokens seen so far: the position of the next query (kept keys and those a rolling
+    /// cache has let go).
     pub fn len(&self) -> usize {
+        self.start + self.kept()
+    }
+
+    /// Keys (and values) held: [`len`](Self::len), or for a windowed block at most its window.
+    pub fn kept(&self) -> usize {
         self.keys.as_ref().map_or(0, |k| k.dims()[2])
+    }
+
+    /// Position of the first key held.
+    pub fn start(&self) -> usize {
+        self.start
     }
 
     /// Whether nothing is cached.

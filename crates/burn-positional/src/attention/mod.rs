@@ -6,17 +6,19 @@
 //! - [`SelfAttention`] and its forwards (`block.rs`);
 //! - [`AttentionInput`], [`AttentionOutput`], [`padding_mask`] (`input.rs`);
 //! - [`KvCache`], bound to the block that filled it (`kv_cache.rs`);
-//! - the causal mask, cached by shape (`mask.rs`), and the tiled attention (`tiled.rs`).
+//! - [`attend`]: attention with positions in compact form, for attention a user writes
+//!   (`attend.rs`); the causal mask of the spelled-out path, cached by shape (`mask.rs`).
 
+mod attend;
 mod block;
 mod config;
 mod input;
 mod kv_cache;
 mod mask;
-mod tiled;
 
+pub(crate) use attend::CompactBias;
+pub use attend::{AttendOptions, AttentionBias, AttentionPositions, Window, attend, try_attend};
 pub use block::SelfAttention;
 pub use config::SelfAttentionConfig;
 pub use input::{AttentionInput, AttentionOutput, padding_mask};
 pub use kv_cache::KvCache;
-pub(crate) use tiled::CompactBias;

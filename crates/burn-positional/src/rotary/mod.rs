@@ -70,7 +70,7 @@
 
 use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 pub mod hf_config;
 mod scaling;
@@ -556,15 +556,98 @@ impl Rope {
     ///
     /// If the last dimension of `x` is not `d_head`.
     pub fn apply(&self, x: Tensor<4>, offset: usize) -> Tensor<4> {
-        let [batch, n_heads, seq, d_head] = x.dims();
+        let [_, _, seq, d_head] = x.dims();
         assert_eq!(
             d_head, self.d_head,
             "rope built for d_head {} got heads {d_head} wide",
             self.d_head
         );
         let (cos, sin) = self.angles(offset, seq);
+        // [seq, half] -> [1, 1, seq, half], broadcast over batch and heads.
+        self.rotate(x, cos.unsqueeze::<4>(), sin.unsqueeze::<4>())
+    }
+
+    /// Rotates queries or keys at explicit positions, one per token: packed sequences whose
+    /// positions restart at each document, left padding. Positions inside the precomputed
+    /// table take its rows (the numbers [`apply`](Self::apply) uses); positions past it are
+    /// computed on the device in f32 from the trained frequencies, as transformers' rotary
+    /// modules compute every position. No read from the device.
+    ///
+    /// Frequencies that follow the sequence's length (`Dynamic`, `LongRope`) are those of the
+    /// trained set here: transformers reads `max(position_ids) + 1` from the device to pick
+    /// them, which this call never does; past the trained length use [`apply`](Self::apply).
+    /// A negative position rotates as position 0.
+    ///
+    /// # Shapes
+    ///
+    /// - x: `[batch, n_heads, seq, d_head]`
+    /// - positions: `[batch or 1, seq]`
+    /// - output: `[batch, n_heads, seq, d_head]`
+    ///
+    /// # Panics
+    ///
+    /// If the last dimension of `x` is not `d_head`, or `positions` is not `[batch or 1, seq]`.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::RopeConfig;
+    ///
+    /// let device = Device::flex();
+    /// let rope = RopeConfig::new(8).init(&device);
+    /// let x = Tensor::<4>::ones([1, 2, 4, 8], &device);
+    /// // Two documents packed in one row: positions restart at the second.
+    /// let positions = Tensor::<2, Int>::from_data([[0, 1, 0, 1]], &device);
+    /// let rotated = rope.apply_at(x.clone(), positions);
+    /// assert_eq!(rotated.dims(), [1, 2, 4, 8]);
+    /// let first = rope.apply(x.slice([0..1, 0..2, 0..2, 0..8]), 0);
+    /// assert!(rotated.slice([0..1, 0..2, 2..4, 0..8]).all_close(first, None, Some(1e-6)));
+    /// ```
+    pub fn apply_at(&self, x: Tensor<4>, positions: Tensor<2, Int>) -> Tensor<4> {
+        let [batch, _, seq, d_head] = x.dims();
+        assert_eq!(
+            d_head, self.d_head,
+            "rope built for d_head {} got heads {d_head} wide",
+            self.d_head
+        );
+        let [n, len] = positions.dims();
+        assert!(
+            len == seq && (n == 1 || n == batch),
+            "rope: positions must be [batch {batch} or 1, seq {seq}], got {:?}. Fix: one \
+             position per token",
+            positions.dims()
+        );
+        let [cache_len, pairs] = self.cos.dims();
+        let flat = positions.reshape([n * seq]);
+        let index = flat.clone().clamp(0, cache_len as i64 - 1);
+        let table_cos = self.cos.clone().select(0, index.clone());
+        let table_sin = self.sin.clone().select(0, index);
+        let (inv_freq, attention) = self.scaling.frequencies(
+            self.base,
+            self.rotary_dims,
+            self.scaling.length_of(Regime::Trained),
+            self.arithmetic,
+        );
+        let device = self.cos.device();
+        let inv_freq: Vec<f32> = inv_freq.into_iter().map(|w| w as f32).collect();
+        let inv_freq = Tensor::<2>::from_data(TensorData::new(inv_freq, [1, pairs]), &device);
+        let angles = flat.clone().clamp_min(0).float().reshape([n * seq, 1]) * inv_freq;
+        let attention = attention as f32;
+        let past = flat
+            .greater_equal_elem(cache_len as i64)
+            .reshape([n * seq, 1])
+            .expand([n * seq, pairs]);
+        let cos = table_cos.mask_where(past.clone(), angles.clone().cos().mul_scalar(attention));
+        let sin = table_sin.mask_where(past, angles.sin().mul_scalar(attention));
+        // [n * seq, half] -> [n, 1, seq, half], broadcast over heads (and batch when n is 1).
+        let shape = [n, 1, seq, pairs];
+        self.rotate(x, cos.reshape(shape), sin.reshape(shape))
+    }
+
+    /// `x` rotated by angles whose `cos` and `sin` are `[batch or 1, 1, seq, pairs]`.
+    fn rotate(&self, x: Tensor<4>, cos: Tensor<4>, sin: Tensor<4>) -> Tensor<4> {
+        let [batch, n_heads, seq, d_head] = x.dims();
         // Whole pairs: an odd partial width (transformers' arithmetic) rounds up.
-        let half = cos.dims()[1];
+        let half = cos.dims()[3];
         let rot = 2 * half;
         // The tables are f32; rotate in the dtype of x (f16, bf16 models).
         let (cos, sin) = if cos.dtype() == x.dtype() {
@@ -572,8 +655,6 @@ impl Rope {
         } else {
             (cos.cast(x.dtype()), sin.cast(x.dtype()))
         };
-        // [seq, half] -> [1, 1, seq, half], broadcast over batch and heads.
-        let (cos, sin) = (cos.unsqueeze::<4>(), sin.unsqueeze::<4>());
         let rotated = x.clone().slice([0..batch, 0..n_heads, 0..seq, 0..rot]);
         let out = match self.layout {
             RopeLayout::Interleaved => {

@@ -102,15 +102,13 @@ impl ScoreBias {
 }
 
 impl ScoreBias {
-    /// The bias in the compact form the tiled attention computes each tile from: ALiBi's slopes,
-    /// or T5's bias per clamped distance (gathered from the table here, once per call).
-    pub(super) fn compact(&self, causal: bool) -> CompactBias {
+    /// The bias in the compact form [`attend`](crate::attend) computes each tile from: ALiBi's
+    /// slopes, or T5's bias per clamped distance (gathered from the table here, once per call,
+    /// so gradients reach it), for a causal block if `causal` is set.
+    pub fn attention_bias(&self, causal: bool) -> CompactBias {
         match self {
             Self::Alibi(alibi) => CompactBias::Alibi(alibi.slopes()),
-            Self::T5(t5) => CompactBias::ByDistance {
-                bias: t5.bias_by_distance(causal),
-                reach: t5.max_distance,
-            },
+            Self::T5(t5) => t5.by_distance(causal),
         }
     }
 }

@@ -275,6 +275,28 @@ impl T5Bias {
         });
         self.table.val().transpose().select(1, lookup)
     }
+
+    /// The table in the compact form [`attend`](crate::attend) takes: the bias of every
+    /// clamped relative distance, `[n_heads, 2 max_distance + 1]` (one gather from the table,
+    /// so gradients reach it), decoder-style buckets if `causal` is set.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::{AttendOptions, T5BiasConfig, attend};
+    ///
+    /// let device = Device::flex();
+    /// let t5 = T5BiasConfig::new(4).init(&device);
+    /// let q = Tensor::<4>::ones([1, 4, 6, 8], &device);
+    /// // T5 does not scale its scores: its weights absorb 1 / sqrt(d_head).
+    /// let options = AttendOptions::new().bias(t5.by_distance(false)).scale(1.0);
+    /// assert_eq!(attend(q.clone(), q.clone(), q, &options).dims(), [1, 4, 6, 8]);
+    /// ```
+    pub fn by_distance(&self, causal: bool) -> crate::AttentionBias {
+        crate::AttentionBias::ByDistance {
+            bias: self.bias_by_distance(causal),
+            reach: self.max_distance,
+        }
+    }
 }
 
 /// The bucket of each distance in `-max_distance..=max_distance`, on the device.

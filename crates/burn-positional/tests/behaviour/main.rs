@@ -37,6 +37,7 @@ pub fn panic_message(f: impl FnOnce()) -> String {
 }
 
 mod attention_block;
+mod attention_fixtures;
 mod attention_schemes;
 mod bad_input;
 mod equivariance;

@@ -238,7 +238,7 @@ pub fn tiled_cached_gradients_equal_the_full_forward(device: &Device) {
 /// distance) at an offset (`seq_q` 7 after 5 cached keys), causal and not, with a fully padded
 /// sequence, for tiles of 1, 3 and more rows than there are queries.
 pub fn the_op_equals_the_spelled_out_ops(device: &Device) {
-    use burn_positional_kernels::{AttentionBias, tiled_attention};
+    use burn_positional_kernels::{AttendOptions, AttentionBias, tiled_attention};
     device.seed(17);
     let (batch, heads, seq_q, seq_k, d, offset, reach) = (3, 2, 7, 12, 4, 5, 3);
     let normal =
@@ -280,16 +280,13 @@ pub fn the_op_equals_the_spelled_out_ops(device: &Device) {
                         reach,
                     },
                 };
-                let out = tiled_attention(
-                    q1.clone(),
-                    k1.clone(),
-                    v1.clone(),
-                    &bias,
-                    Some(mask.clone()),
-                    causal,
-                    offset,
-                    tile,
-                );
+                let options = AttendOptions::new()
+                    .bias(bias)
+                    .key_padding(mask.clone())
+                    .causal(causal)
+                    .offset(offset)
+                    .tile_rows(tile);
+                let out = tiled_attention(q1.clone(), k1.clone(), v1.clone(), &options);
                 // Spelled out: scores, bias, masks (-1e30, exactly 0 after exp), softmax, then a
                 // row that sees no key set to zero.
                 let mut scores = q2

@@ -1,0 +1,428 @@
+//! Softmax attention in tiles of query rows with positions in compact form, and its
+//! FlashAttention-2 style backward: the forward keeps, besides its output, one log-sum-exp per
+//! query row; the backward recomputes each tile's probabilities from it. Neither direction
+//! holds more than one tile's `[batch, n_heads, rows, keys]` scores at a time, so memory grows
+//! with the sequence, not its square, in training too.
+//!
+//! For the tile of query rows `r0..r0 + rows` over the keys it can see:
+//!
+//! ```text
+//! rel = key position - query position     (sequential, or explicit per-token positions)
+//! S   = scale q k^T                       (q's heads grouped over k's: no copy of k or v)
+//! S   = c tanh(S / c)                     (a softcap c, if any)
+//! S   = S + bias(rel)                     (ALiBi -m_h |rel|, or a table per clamped distance)
+//! S   = -inf where hidden                 (causal, a window, key padding, another segment)
+//! m   = max(S) clamped to the dtype's lowest finite value      (a fully hidden row: finite)
+//! l   = sum(exp(S - m)) clamped to the smallest positive normal
+//! O   = exp(S - m) / l . v;   lse = m + ln l
+//! ```
+//!
+//! The backward is in `pass.rs`; the tile's geometry (which keys, `rel`, bias, mask, the
+//! grouped products) in `tile.rs`.
+
+mod pass;
+mod tile;
+
+pub(crate) use pass::forward;
+#[cfg(feature = "autodiff")]
+pub(crate) use pass::{Saved, Wanted, backward};
+pub(crate) use tile::{BiasKind, Extras, TileArgs};
+
+use burn::tensor::{Bool, Int, Tensor};
+
+/// Floats one tile's scores may hold when the tile size is left to the op:
+/// `batch x n_heads x rows x keys <= TILE_VALUES` (16 MiB of f32), at least one row.
+pub const TILE_VALUES: usize = 1 << 22;
+
+/// A score bias in compact form: what [`AttendOptions::bias`] adds to each score from the
+/// relative position `rel = key position - query position`.
+#[derive(Clone, Debug, Default)]
+pub enum AttentionBias {
+    /// No bias (no positions, or RoPE's rotated queries and keys).
+    #[default]
+    None,
+    /// ALiBi: `[n_heads]` slopes; the bias of (query i, key j) is `-m_h |rel|`.
+    Alibi(Tensor<1>),
+    /// A bias per clamped relative distance: `[n_heads, 2 reach + 1]`, entry
+    /// `clamp(rel, -reach, reach) + reach` (T5's buckets, looked up once per call). Gradients
+    /// flow into `bias`, and from there into whatever it was gathered from.
+    ByDistance {
+        /// `[n_heads, 2 reach + 1]`.
+        bias: Tensor<2>,
+        /// The largest distance with a bias of its own.
+        reach: usize,
+    },
+}
+
+/// The keys a query sees around its own position `p`: those at `p - before ..= p + after`
+/// (with a causal mask, `after` has no effect). Measured with the positions of the call, so a
+/// window follows explicit positions too.
+///
+/// Hugging Face's `sliding_window = w` (Mistral, Gemma 2/3, gpt-oss, Qwen 2) lets a query see
+/// itself and the `w - 1` keys before it: [`Window::hf`]`(w)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Window {
+    /// Keys seen before the query's position.
+    pub before: usize,
+    /// Keys seen after it.
+    pub after: usize,
+}
+
+impl Window {
+    /// Transformers' `sliding_window = w`: the query and the `w - 1` keys before it
+    /// (`q - k < w`). `w = 0` sees nothing, as transformers' mask.
+    pub fn hf(sliding_window: usize) -> Self {
+        match sliding_window {
+            0 => Self {
+                before: 0,
+                after: 0,
+            },
+            w => Self {
+                before: w - 1,
+                after: 0,
+            },
+        }
+    }
+
+    /// `w` keys on each side (bidirectional local attention, for encoders).
+    pub fn symmetric(w: usize) -> Self {
+        Self {
+            before: w,
+            after: w,
+        }
+    }
+}
+
+/// Where the queries and keys sit.
+#[derive(Clone, Debug)]
+pub enum AttentionPositions {
+    /// Query `i` at `query + i`, key `j` at `key + j`: a whole sequence (both 0), a decoding
+    /// step (`query` = the cached length), a rolling cache (`key` = the first kept position).
+    Sequential {
+        /// Position of the first query.
+        query: usize,
+        /// Position of the first key.
+        key: usize,
+    },
+    /// One position per token, `[batch or 1, seq_q]` and `[batch or 1, seq_k]` ints: packed
+    /// sequences (positions restarting at each document), left padding.
+    Explicit {
+        /// `[batch or 1, seq_q]`.
+        query: Tensor<2, Int>,
+        /// `[batch or 1, seq_k]`.
+        key: Tensor<2, Int>,
+    },
+}
+
+impl Default for AttentionPositions {
+    fn default() -> Self {
+        Self::Sequential { query: 0, key: 0 }
+    }
+}
+
+/// Everything [`tiled_attention`] takes besides `q`, `k` and `v`, built with its methods from
+/// [`AttendOptions::new`] (no bias, no mask, positions from 0, scale `1 / sqrt(d_head)`).
+#[derive(Clone, Debug, Default)]
+pub struct AttendOptions {
+    /// A bias in compact form.
+    pub bias: AttentionBias,
+    /// Whether a query sees only keys at or before its own position.
+    pub causal: bool,
+    /// A sliding window, if any.
+    pub window: Option<Window>,
+    /// `[batch, seq_k]`, true at keys no query may see.
+    pub key_padding: Option<Tensor<2, Bool>>,
+    /// Segment ids `[batch, seq_q]` and `[batch, seq_k]`: a query sees only keys of its own
+    /// segment (packed documents).
+    pub segments: Option<(Tensor<2, Int>, Tensor<2, Int>)>,
+    /// Where queries and keys sit.
+    pub positions: AttentionPositions,
+    /// The factor of `q . k`; `1 / sqrt(d_head)` when `None`. T5 uses 1; DeepSeek V2/V3
+    /// `mscale^2 / sqrt(d_head)`.
+    pub scale: Option<f64>,
+    /// Scores become `c tanh(s / c)` before the bias and masks (Gemma 2's
+    /// `attn_logit_softcapping`).
+    pub softcap: Option<f64>,
+    /// Query rows per tile; tiles of at most 2^22 scores
+    /// (`batch x n_heads x rows x keys`, 16 MiB of f32) when `None`.
+    pub tile_rows: Option<usize>,
+}
+
+impl AttendOptions {
+    /// No bias, no mask, positions from 0, the default scale.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With a score bias in compact form.
+    pub fn bias(mut self, bias: AttentionBias) -> Self {
+        self.bias = bias;
+        self
+    }
+
+    /// With (or without) the causal mask.
+    pub fn causal(mut self, causal: bool) -> Self {
+        self.causal = causal;
+        self
+    }
+
+    /// With a sliding window.
+    pub fn window(mut self, window: Window) -> Self {
+        self.window = Some(window);
+        self
+    }
+
+    /// With a key padding mask `[batch, seq_k]`, true at padding.
+    pub fn key_padding(mut self, mask: Tensor<2, Bool>) -> Self {
+        self.key_padding = Some(mask);
+        self
+    }
+
+    /// With segment ids for queries `[batch, seq_q]` and keys `[batch, seq_k]` (for
+    /// self-attention over one packed row, the same tensor twice).
+    pub fn segments(mut self, query: Tensor<2, Int>, key: Tensor<2, Int>) -> Self {
+        self.segments = Some((query, key));
+        self
+    }
+
+    /// Queries from position `offset`, keys from 0 (a decoding step over a full cache).
+    pub fn offset(mut self, offset: usize) -> Self {
+        self.positions = AttentionPositions::Sequential {
+            query: offset,
+            key: 0,
+        };
+        self
+    }
+
+    /// Sequential positions from `query` for the queries and `key` for the keys.
+    pub fn sequential(mut self, query: usize, key: usize) -> Self {
+        self.positions = AttentionPositions::Sequential { query, key };
+        self
+    }
+
+    /// Explicit positions, `[batch or 1, seq_q]` and `[batch or 1, seq_k]`.
+    pub fn positions(mut self, query: Tensor<2, Int>, key: Tensor<2, Int>) -> Self {
+        self.positions = AttentionPositions::Explicit { query, key };
+        self
+    }
+
+    /// With the factor of `q . k`.
+    pub fn scale(mut self, scale: f64) -> Self {
+        self.scale = Some(scale);
+        self
+    }
+
+    /// With a softcap `c`: scores `c tanh(s / c)`.
+    pub fn softcap(mut self, softcap: f64) -> Self {
+        self.softcap = Some(softcap);
+        self
+    }
+
+    /// With `rows` query rows per tile.
+    pub fn tile_rows(mut self, rows: usize) -> Self {
+        self.tile_rows = Some(rows);
+        self
+    }
+}
+
+/// Rows per tile: `requested`, or as many as [`TILE_VALUES`] scores allow (a windowed tile
+/// holds its rows plus the window's span of keys; any other tile all `seq_k` keys).
+fn tile_rows(
+    requested: Option<usize>,
+    batch: usize,
+    n_heads: usize,
+    seq_k: usize,
+    args: &TileArgs,
+) -> usize {
+    if let Some(rows) = requested {
+        return rows.max(1);
+    }
+    let budget = (TILE_VALUES / (batch * n_heads).max(1)) as f64;
+    let rows = match args.window.filter(|_| !args.explicit) {
+        // rows x (rows + span) <= budget
+        Some(w) => {
+            let span = (w
+                .before
+                .saturating_add(if args.causal { 0 } else { w.after }))
+            .min(seq_k) as f64;
+            ((span * span + 4.0 * budget).sqrt() - span) / 2.0
+        }
+        None => budget / seq_k.max(1) as f64,
+    };
+    (rows as usize).max(1)
+}
+
+/// Softmax attention of `q` over `k`, `v` with positions in compact form (see
+/// [`AttendOptions`]): grouped heads without copying keys or values, a bias computed from
+/// relative positions inside each tile of query rows, masks from positions (causal, a window,
+/// segments) and key padding, any scale and a softcap. A query that sees no key gets a zero
+/// output (and zero gradients).
+///
+/// Memory is one tile's scores, `batch x n_heads x tile x keys`, in the forward and in the
+/// backward: on an autodiff device the op is one graph node that keeps its inputs, its output
+/// and one log-sum-exp per query row, and recomputes each tile's probabilities in the backward.
+/// A window with sequential positions gives each tile only the keys it can see, so memory stays
+/// flat in the sequence's length past the window. Without autodiff each tile is one call of
+/// the backend's own `attention`.
+///
+/// This is the kernels' op: it checks shapes with plain panics. Model code calls
+/// `burn_positional::attend`, which checks everything first and names the fix.
+///
+/// # Shapes
+///
+/// - `q`: `[batch, n_heads, seq_q, d_head]`; `k`: `[batch, n_kv_heads, seq_k, d_head]`; `v`:
+///   `[batch, n_kv_heads, seq_k, d_v]`, `n_heads` a multiple of `n_kv_heads`
+/// - output: `[batch, n_heads, seq_q, d_v]`
+///
+/// # Panics
+///
+/// On shapes that do not fit together as above or as [`AttendOptions`] documents.
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional_kernels::{AttendOptions, AttentionBias, Window, tiled_attention};
+///
+/// let device = Device::flex().autodiff();
+/// let q = Tensor::<4>::ones([1, 4, 5, 8], &device).require_grad();
+/// let kv = Tensor::<4>::ones([1, 2, 5, 8], &device).require_grad(); // 2 kv heads for 4
+/// let slopes = Tensor::<1>::from_floats([0.5, 0.25, 0.125, 0.0625], &device);
+/// let options = AttendOptions::new()
+///     .bias(AttentionBias::Alibi(slopes))
+///     .causal(true)
+///     .window(Window::hf(3))
+///     .tile_rows(2);
+/// let out = tiled_attention(q.clone(), kv.clone(), kv.clone(), &options);
+/// assert_eq!(out.dims(), [1, 4, 5, 8]);
+/// let grads = out.sum().backward();
+/// assert_eq!(kv.grad(&grads).unwrap().dims(), [1, 2, 5, 8]);
+/// ```
+pub fn tiled_attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    options: &AttendOptions,
+) -> Tensor<4> {
+    use burn::backend::Dispatch;
+
+    let [batch, n_heads, seq_q, d_head] = q.dims();
+    let [kb, n_kv_heads, seq_k, kd] = k.dims();
+    let [vb, vh, vs, d_v] = v.dims();
+    assert!(
+        kb == batch
+            && kd == d_head
+            && [vb, vh, vs] == [batch, n_kv_heads, seq_k]
+            && n_kv_heads > 0
+            && n_heads % n_kv_heads == 0,
+        "tiled_attention: q {:?}, k {:?} and v {:?} do not fit together (q [batch, n_heads, \
+         seq_q, d_head], k [batch, n_kv_heads, seq_k, d_head], v [batch, n_kv_heads, seq_k, \
+         d_v], n_heads a multiple of n_kv_heads)",
+        q.dims(),
+        k.dims(),
+        v.dims()
+    );
+    let device = q.device();
+    let dtype = q.dtype();
+    if batch == 0 || seq_q == 0 || n_heads == 0 || seq_k == 0 {
+        // Nothing to attend: zeros, as for a query that sees no key.
+        return Tensor::zeros([batch, n_heads, seq_q, d_v], (&device, dtype));
+    }
+    let (kind, bias) = match &options.bias {
+        AttentionBias::None => (
+            BiasKind::None,
+            Tensor::<1>::zeros([1], (&device, dtype)).into_dispatch(),
+        ),
+        AttentionBias::Alibi(slopes) => {
+            assert_eq!(
+                slopes.dims(),
+                [n_heads],
+                "tiled_attention: one ALiBi slope per head"
+            );
+            (BiasKind::Alibi, slopes.clone().cast(dtype).into_dispatch())
+        }
+        AttentionBias::ByDistance { bias, reach } => {
+            assert_eq!(
+                bias.dims(),
+                [n_heads, 2 * reach + 1],
+                "tiled_attention: the bias by distance must be [n_heads, 2 reach + 1]"
+            );
+            let bias = bias.clone().cast(dtype).into_dispatch();
+            (BiasKind::ByDistance { reach: *reach }, bias)
+        }
+    };
+    let (query_offset, key_offset, positions) = match &options.positions {
+        AttentionPositions::Sequential { query, key } => (*query, *key, None),
+        AttentionPositions::Explicit { query, key } => {
+            let [qb, qs] = query.dims();
+            let [pb, ps] = key.dims();
+            assert!(
+                qs == seq_q && ps == seq_k && (qb == 1 || qb == batch) && (pb == 1 || pb == batch),
+                "tiled_attention: positions must be [batch or 1, seq_q] and [batch or 1, seq_k]"
+            );
+            let n = qb.max(pb);
+            let query = query.clone().expand([n, seq_q]);
+            let key = key.clone().expand([n, seq_k]).cast(query.dtype());
+            (0, 0, Some(Tensor::cat(vec![query, key], 1)))
+        }
+    };
+    let segments = options.segments.as_ref().map(|(query, key)| {
+        assert!(
+            query.dims() == [batch, seq_q] && key.dims() == [batch, seq_k],
+            "tiled_attention: segments must be [batch, seq_q] and [batch, seq_k]"
+        );
+        Tensor::cat(vec![query.clone(), key.clone().cast(query.dtype())], 1)
+    });
+    if let Some(mask) = &options.key_padding {
+        assert_eq!(
+            mask.dims(),
+            [batch, seq_k],
+            "tiled_attention: key_padding must be [batch, seq_k] = [{batch}, {seq_k}]"
+        );
+    }
+    let mut args = TileArgs {
+        kind,
+        causal: options.causal,
+        window: options.window,
+        query_offset,
+        key_offset,
+        explicit: positions.is_some(),
+        segments: segments.is_some(),
+        padded: options.key_padding.is_some(),
+        tile: 1,
+        scale: options.scale.unwrap_or(1.0 / (d_head as f64).sqrt()),
+        softcap: options.softcap,
+    };
+    args.tile = tile_rows(options.tile_rows, batch, n_heads, seq_k, &args);
+    if crate::fused_covers(&device) {
+        let int = || Tensor::<2, Int>::zeros([1, 1], &device).into_dispatch();
+        Tensor::from_dispatch(<Dispatch as crate::PositionalKernels>::tiled_attention(
+            q.into_dispatch(),
+            k.into_dispatch(),
+            v.into_dispatch(),
+            bias,
+            options
+                .key_padding
+                .clone()
+                .unwrap_or_else(|| Tensor::<2, Bool>::empty([1, 1], &device))
+                .into_dispatch(),
+            positions.map_or_else(int, Tensor::into_dispatch),
+            segments.map_or_else(int, Tensor::into_dispatch),
+            args,
+        ))
+    } else {
+        let extras = Extras {
+            positions: positions.map(Tensor::into_dispatch),
+            segments: segments.map(Tensor::into_dispatch),
+            padding: options.key_padding.clone().map(Tensor::into_dispatch),
+        };
+        let (output, _) = forward::<Dispatch>(
+            q.into_dispatch(),
+            k.into_dispatch(),
+            v.into_dispatch(),
+            &bias,
+            &extras,
+            &args,
+            device.is_autodiff(),
+        );
+        Tensor::from_dispatch(output)
+    }
+}
