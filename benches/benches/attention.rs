@@ -3,6 +3,8 @@
 //!
 //! - `ours_none`, `ours_rope`, `ours_alibi`, `ours_t5`: the block's `forward` (burn's fused
 //!   `attention`, score biases built on the device and cached);
+//! - `ours_rope_gqa`, `ours_rope_window`: the RoPE block with 2 key/value heads for its 8
+//!   query heads, and with transformers' `sliding_window = 256` (both through `attend`);
 //! - `burn_mha`: burn's `MultiHeadAttention` alone (no norms, no feed-forward);
 //! - `burn_layer`: burn's pre-norm `TransformerEncoder` with one layer (norms, multi-head
 //!   attention, feed-forward: the same work as our block);
@@ -69,6 +71,10 @@ struct Blocks {
     rope: SelfAttention,
     alibi: SelfAttention,
     t5: SelfAttention,
+    /// RoPE with 2 key/value heads for the 8 query heads.
+    gqa: SelfAttention,
+    /// RoPE with transformers' `sliding_window = 256`.
+    window: SelfAttention,
 }
 
 fn blocks(d_model: usize, n_heads: usize, device: &Device) -> Blocks {
@@ -77,7 +83,16 @@ fn blocks(d_model: usize, n_heads: usize, device: &Device) -> Blocks {
         none: config.init(device),
         rope: config.clone().with_rotary().init(device),
         alibi: config.clone().with_alibi().init(device),
-        t5: config.with_t5().init(device),
+        t5: config.clone().with_t5().init(device),
+        gqa: config
+            .clone()
+            .with_rotary()
+            .with_n_kv_heads(Some(2))
+            .init(device),
+        window: config
+            .with_rotary()
+            .with_sliding_window(Some(256))
+            .init(device),
     }
 }
 
@@ -115,6 +130,8 @@ fn entries(c: &mut Criterion, group_name: &str, device: &Device, backward: bool)
         run("ours_rope", &|| ours.rope.forward(x.clone()));
         run("ours_alibi", &|| ours.alibi.forward(x.clone()));
         run("ours_t5", &|| ours.t5.forward(x.clone()));
+        run("ours_rope_gqa", &|| ours.gqa.forward(x.clone()));
+        run("ours_rope_window", &|| ours.window.forward(x.clone()));
         run("burn_mha", &|| {
             mha.forward(MhaInput::self_attn(x.clone())).context
         });

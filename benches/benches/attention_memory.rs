@@ -8,9 +8,14 @@
 //! another's allocations. Also the wall time of the same step (median of `REPS` more steps,
 //! default 3; `REPS=0` reports the measured step itself), synced inside the timed region.
 //!
+//! A second table (`TABLE=grouped`; both by default, `TABLE=schemes` the first alone) sets
+//! grouped heads against repeating keys and values, a windowed block against the sequence
+//! length, and what a `KvCache` holds after a prefill: 8 key/value heads, 2, and a window.
+//!
 //! ```text
 //! cargo bench -p burn-positional-benches --bench attention_memory
 //! BENCH_DEVICES=wgpu REPS=0 cargo bench -p burn-positional-benches --bench attention_memory
+//! TABLE=grouped cargo bench -p burn-positional-benches --bench attention_memory
 //! ```
 //!
 //! On wgpu without a GPU (Mesa's lavapipe) the device is the CPU: those figures are
@@ -26,7 +31,7 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn_positional::{AttentionInput, SelfAttentionConfig};
+use burn_positional::{AttendOptions, AttentionInput, KvCache, SelfAttentionConfig, attend};
 use burn_positional_examples::device::{DeviceChoice, open};
 
 const D_MODEL: usize = 256;
@@ -39,6 +44,23 @@ const SCHEMES: [&str; 6] = [
     "alibi",
     "t5",
 ];
+
+/// The second table: grouped heads and a sliding window. Causal `attend` on q `[1, 8, seq, 32]`
+/// over k, v with 8 or 2 heads (and the 2 repeated to 8 in the step, as a user without grouped
+/// heads would), the 8 with a window of `WINDOW`, and what the `KvCache` of a causal RoPE
+/// block keeps after a prefill of `seq` tokens: the size of the keys and values it holds
+/// (`kept() x n_kv_heads x d_head x 2` f32), and on wgpu the device allocator's bytes still in
+/// use after the step.
+const GROUPED: [&str; 7] = [
+    "8 kv heads",
+    "2 kv heads",
+    "2 kv heads, repeated",
+    "8 kv heads, window 256",
+    "cache, 8 kv heads",
+    "cache, 2 kv heads",
+    "cache, window 256",
+];
+const WINDOW: usize = 256;
 
 fn kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
@@ -58,6 +80,55 @@ fn reserved(device: &Device) -> u64 {
         .map_or(0, |usage| usage.bytes_reserved)
 }
 
+/// Bytes the device's allocator has handed out and not taken back (0 on flex and ndarray).
+fn in_use(device: &Device) -> u64 {
+    device
+        .memory_pool_usage()
+        .map_or(0, |usage| usage.bytes_in_use)
+}
+
+/// A causal RoPE block of the grouped table: `n_kv_heads` key/value heads, an optional window.
+fn grouped_block(
+    n_kv_heads: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> burn_positional::SelfAttention {
+    SelfAttentionConfig::new(D_MODEL, N_HEADS)
+        .with_causal(true)
+        .with_rotary()
+        .with_n_kv_heads(Some(n_kv_heads))
+        .with_sliding_window(window)
+        .init(device)
+}
+
+/// The child of a `cache, ..` case: a prefill of `seq` tokens through `forward_cache`, then
+/// what stays held (the cache) in MiB, the step's time, and the device allocator's bytes in
+/// use, in MiB.
+fn cache_case(device: &Device, scheme: &str, seq: usize) {
+    let (n_kv, window) = match scheme {
+        "cache, 8 kv heads" => (N_HEADS, None),
+        "cache, 2 kv heads" => (2, None),
+        "cache, window 256" => (N_HEADS, Some(WINDOW)),
+        other => panic!("unknown scheme {other}"),
+    };
+    let block = grouped_block(n_kv, window, device);
+    let x = Tensor::<3>::random([1, seq, D_MODEL], Distribution::Normal(0.0, 1.0), device);
+    let mut cache = KvCache::new();
+    device.sync().expect("the device syncs");
+    let in_use_before = in_use(device);
+    let start = Instant::now();
+    let out = block.forward_cache(AttentionInput::new(x), &mut cache);
+    let _ = out.sum().into_scalar::<f32>();
+    drop(out);
+    device.sync().expect("the device syncs");
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(cache.len(), seq);
+    // The keys and values the cache holds: kept tokens x kv heads x d_head, f32, twice.
+    let held = (cache.kept() * n_kv * (D_MODEL / N_HEADS) * 2 * 4) as f64 / (1 << 20) as f64;
+    let device_held = in_use(device).saturating_sub(in_use_before) as f64 / (1 << 20) as f64;
+    println!("{held:.1} {ms} {device_held:.1}");
+}
+
 /// The child: one case, prints `growth_mib time_ms device_mib`.
 fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
     let choice: DeviceChoice = device_name
@@ -68,49 +139,105 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
         .device;
     let device = if backward { device.autodiff() } else { device };
     device.seed(1);
-    let run: Box<dyn Fn() -> Tensor<3>> = if scheme == "burn attention" {
-        let d_head = D_MODEL / N_HEADS;
-        let qkv = || {
-            let t = Tensor::<4>::random(
-                [1, N_HEADS, seq, d_head],
-                Distribution::Normal(0.0, 1.0),
-                &device,
-            );
-            if backward { t.require_grad() } else { t }
-        };
-        let (q, k, v) = (qkv(), qkv(), qkv());
-        Box::new(move || {
-            let options = AttentionModuleOptions {
-                is_causal: true,
-                ..Default::default()
+    if scheme.starts_with("cache, ") {
+        return cache_case(&device, scheme, seq);
+    }
+    let windowed = scheme.strip_suffix(", window 256");
+    let run: Box<dyn Fn() -> Tensor<3>> =
+        if let Some(heads) = windowed.unwrap_or(scheme).strip_suffix(" kv heads") {
+            let d_head = D_MODEL / N_HEADS;
+            let n_kv: usize = heads.parse().expect("a head count");
+            let mut options = AttendOptions::new().causal(true);
+            if windowed.is_some() {
+                options = options.window(burn_positional::Window::hf(WINDOW));
+            }
+            let normal = |heads: usize| {
+                let t = Tensor::<4>::random(
+                    [1, heads, seq, d_head],
+                    Distribution::Normal(0.0, 1.0),
+                    &device,
+                );
+                if backward { t.require_grad() } else { t }
             };
-            attention(q.clone(), k.clone(), v.clone(), None, None, options)
+            let (q, k, v) = (normal(N_HEADS), normal(n_kv), normal(n_kv));
+            Box::new(move || {
+                attend(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    &AttendOptions::new().causal(true),
+                )
                 .reshape([1, seq, D_MODEL])
-        })
-    } else {
-        // `TILE_ROWS` sets the tiled attention's rows per tile (default: the block's budget).
-        let tile_rows = std::env::var("TILE_ROWS").ok().and_then(|v| v.parse().ok());
-        let config = SelfAttentionConfig::new(D_MODEL, N_HEADS)
-            .with_causal(true)
-            .with_tile_rows(tile_rows);
-        let config = match scheme {
-            "none" | "none, spelled out" => config,
-            "rope" => config.with_rotary(),
-            "alibi" => config.with_alibi(),
-            "t5" => config.with_t5(),
-            other => panic!("unknown scheme {other}"),
-        };
-        let block = config.init(&device);
-        let x = Tensor::<3>::random([1, seq, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
-        let x = if backward { x.require_grad() } else { x };
-        if scheme == "none, spelled out" {
-            // The scores written out in full (`forward_weights`): the reference path, and what
-            // `forward` ran on autodiff devices before the tiled backward.
-            Box::new(move || block.forward_weights(AttentionInput::new(x.clone())).output)
+            })
+        } else if scheme == "2 kv heads, repeated" {
+            let d_head = D_MODEL / N_HEADS;
+            let normal = |heads: usize| {
+                let t = Tensor::<4>::random(
+                    [1, heads, seq, d_head],
+                    Distribution::Normal(0.0, 1.0),
+                    &device,
+                );
+                if backward { t.require_grad() } else { t }
+            };
+            let (q, k, v) = (normal(N_HEADS), normal(2), normal(2));
+            // transformers' repeat_kv: each kv head copied for its 4 query heads.
+            let repeat = move |t: Tensor<4>| {
+                t.unsqueeze_dim::<5>(2)
+                    .expand([1, 2, N_HEADS / 2, seq, d_head])
+                    .reshape([1, N_HEADS, seq, d_head])
+            };
+            Box::new(move || {
+                attend(
+                    q.clone(),
+                    repeat(k.clone()),
+                    repeat(v.clone()),
+                    &AttendOptions::new().causal(true),
+                )
+                .reshape([1, seq, D_MODEL])
+            })
+        } else if scheme == "burn attention" {
+            let d_head = D_MODEL / N_HEADS;
+            let qkv = || {
+                let t = Tensor::<4>::random(
+                    [1, N_HEADS, seq, d_head],
+                    Distribution::Normal(0.0, 1.0),
+                    &device,
+                );
+                if backward { t.require_grad() } else { t }
+            };
+            let (q, k, v) = (qkv(), qkv(), qkv());
+            Box::new(move || {
+                let options = AttentionModuleOptions {
+                    is_causal: true,
+                    ..Default::default()
+                };
+                attention(q.clone(), k.clone(), v.clone(), None, None, options)
+                    .reshape([1, seq, D_MODEL])
+            })
         } else {
-            Box::new(move || block.forward(x.clone()))
-        }
-    };
+            // `TILE_ROWS` sets the tiled attention's rows per tile (default: the block's budget).
+            let tile_rows = std::env::var("TILE_ROWS").ok().and_then(|v| v.parse().ok());
+            let config = SelfAttentionConfig::new(D_MODEL, N_HEADS)
+                .with_causal(true)
+                .with_tile_rows(tile_rows);
+            let config = match scheme {
+                "none" | "none, spelled out" => config,
+                "rope" => config.with_rotary(),
+                "alibi" => config.with_alibi(),
+                "t5" => config.with_t5(),
+                other => panic!("unknown scheme {other}"),
+            };
+            let block = config.init(&device);
+            let x = Tensor::<3>::random([1, seq, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
+            let x = if backward { x.require_grad() } else { x };
+            if scheme == "none, spelled out" {
+                // The scores written out in full (`forward_weights`): the reference path, and what
+                // `forward` ran on autodiff devices before the tiled backward.
+                Box::new(move || block.forward_weights(AttentionInput::new(x.clone())).output)
+            } else {
+                Box::new(move || block.forward(x.clone()))
+            }
+        };
     let step = || {
         let out = run();
         if backward {
@@ -182,65 +309,79 @@ fn main() {
         .filter(|&n| n <= max_seq)
         .collect();
     let me = std::env::current_exe().unwrap();
-    for device in devices.split(',') {
-        for backward in [false, true] {
-            let what = if backward {
-                "forward + backward"
-            } else {
-                "forward"
-            };
-            let on_cube = matches!(device, "wgpu" | "cuda");
-            let memory = if on_cube {
-                "device memory reserved by cubecl's allocator"
-            } else {
-                "peak resident memory growth"
-            };
-            println!("\n{device}, {what}: {memory}, MiB (time, ms)\n");
-            println!("| seq | {} |", SCHEMES.join(" | "));
-            println!("|{}", " --- |".repeat(SCHEMES.len() + 1));
-            for &seq in &lengths {
-                let mut row = format!("| {seq} |");
-                for scheme in SCHEMES {
-                    let quadratic = matches!(scheme, "burn attention" | "none, spelled out");
-                    let spelled_out = scheme == "none, spelled out";
-                    if (backward && quadratic && seq > max_backward)
-                        || (spelled_out && seq > max_spelled)
-                    {
-                        row.push_str(" not run |");
-                        continue;
+    let tables: Vec<(&str, &[&str])> = match std::env::var("TABLE").as_deref() {
+        Ok("schemes") => vec![("schemes", &SCHEMES[..])],
+        Ok("grouped") => vec![("grouped heads and windows", &GROUPED[..])],
+        _ => vec![
+            ("schemes", &SCHEMES[..]),
+            ("grouped heads and windows", &GROUPED[..]),
+        ],
+    };
+    for (table, schemes) in tables {
+        for device in devices.split(',') {
+            for backward in [false, true] {
+                let what = if backward {
+                    "forward + backward"
+                } else {
+                    "forward"
+                };
+                let on_cube = matches!(device, "wgpu" | "cuda");
+                let memory = if on_cube {
+                    "device memory reserved by cubecl's allocator"
+                } else {
+                    "peak resident memory growth"
+                };
+                println!("\n{table}: {device}, {what}: {memory}, MiB (time, ms)\n");
+                println!("| seq | {} |", schemes.join(" | "));
+                println!("|{}", " --- |".repeat(schemes.len() + 1));
+                for &seq in &lengths {
+                    let mut row = format!("| {seq} |");
+                    for &scheme in schemes {
+                        if backward && scheme.starts_with("cache, ") {
+                            row.push_str(" - |");
+                            continue;
+                        }
+                        let quadratic = matches!(scheme, "burn attention" | "none, spelled out");
+                        let spelled_out = scheme == "none, spelled out";
+                        if (backward && quadratic && seq > max_backward)
+                            || (spelled_out && seq > max_spelled)
+                        {
+                            row.push_str(" not run |");
+                            continue;
+                        }
+                        let out = Command::new(&me)
+                            .args(["--case", device, scheme, &seq.to_string()])
+                            .arg(if backward { "backward" } else { "forward" })
+                            .output()
+                            .expect("run a case");
+                        let text = String::from_utf8_lossy(&out.stdout);
+                        let cell = match text.split_whitespace().collect::<Vec<_>>()[..] {
+                            [mib, ms, device_mib] if out.status.success() => format!(
+                                " {mib} ({ms:.0}) |",
+                                // On wgpu, the device allocator's growth (lavapipe's resident
+                                // memory also holds the shaders LLVM compiled for each shape).
+                                mib = if on_cube { device_mib } else { mib },
+                                ms = ms.parse::<f64>().unwrap_or(f64::NAN)
+                            ),
+                            _ => format!(
+                                " failed: {} |",
+                                // The panic's message: the line after "panicked at".
+                                String::from_utf8_lossy(&out.stderr)
+                                    .lines()
+                                    .skip_while(|line| !line.contains("panicked at"))
+                                    .nth(1)
+                                    .unwrap_or("no panic message")
+                                    .replace('|', "/")
+                            ),
+                        };
+                        row.push_str(&cell);
+                        eprintln!(
+                            "{device} {what} {scheme} {seq}: {}",
+                            cell.trim_end_matches('|').trim()
+                        );
                     }
-                    let out = Command::new(&me)
-                        .args(["--case", device, scheme, &seq.to_string()])
-                        .arg(if backward { "backward" } else { "forward" })
-                        .output()
-                        .expect("run a case");
-                    let text = String::from_utf8_lossy(&out.stdout);
-                    let cell = match text.split_whitespace().collect::<Vec<_>>()[..] {
-                        [mib, ms, device_mib] if out.status.success() => format!(
-                            " {mib} ({ms:.0}) |",
-                            // On wgpu, the device allocator's growth (lavapipe's resident
-                            // memory also holds the shaders LLVM compiled for each shape).
-                            mib = if on_cube { device_mib } else { mib },
-                            ms = ms.parse::<f64>().unwrap_or(f64::NAN)
-                        ),
-                        _ => format!(
-                            " failed: {} |",
-                            // The panic's message: the line after "panicked at".
-                            String::from_utf8_lossy(&out.stderr)
-                                .lines()
-                                .skip_while(|line| !line.contains("panicked at"))
-                                .nth(1)
-                                .unwrap_or("no panic message")
-                                .replace('|', "/")
-                        ),
-                    };
-                    row.push_str(&cell);
-                    eprintln!(
-                        "{device} {what} {scheme} {seq}: {}",
-                        cell.trim_end_matches('|').trim()
-                    );
+                    println!("{row}");
                 }
-                println!("{row}");
             }
         }
     }

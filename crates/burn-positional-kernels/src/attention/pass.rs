@@ -60,7 +60,19 @@ pub(crate) fn forward<B: Backend>(
             lses.push(B::float_add(m, B::float_log(l)));
         } else {
             let shape = [batch, n_heads, tile.rows, tile.keys()];
-            let g = geometry::<B>(bias, extras, args, tile, seq_q, shape, dtype, &device);
+            // A plain causal tile whose last key is its last query's: the backend's own causal
+            // mode (aligned to the last key) instead of a mask, as the block ran before.
+            let own_causal = args.causal
+                && n_heads == n_kv_heads
+                && !args.explicit
+                && args.window.is_none()
+                && tile.k0 == 0
+                && tile.k1 + args.key_offset == args.query_offset + tile.r0 + tile.rows;
+            let mask_args = TileArgs {
+                causal: args.causal && !own_causal,
+                ..*args
+            };
+            let g = geometry::<B>(bias, extras, &mask_args, tile, seq_q, shape, dtype, &device);
             let out = B::attention(
                 to_groups::<B>(q_tile, n_kv_heads),
                 k_keys,
@@ -70,7 +82,7 @@ pub(crate) fn forward<B: Backend>(
                 AttentionModuleOptions {
                     scale: Some(args.scale),
                     softcap: args.softcap,
-                    is_causal: false,
+                    is_causal: own_causal,
                 },
             );
             outputs.push(super::tile::from_groups::<B>(out, n_heads));

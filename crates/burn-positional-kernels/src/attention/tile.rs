@@ -356,6 +356,7 @@ pub(crate) struct Geometry<B: Backend> {
 
 /// The tile's bias, mask and relative positions for scores of `shape`
 /// (`[batch, n_heads, rows, keys]`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn geometry<B: Backend>(
     bias: &FloatTensor<B>,
     extras: &Extras<B>,

@@ -387,15 +387,19 @@ impl SelfAttention {
             let held = k.dims()[2];
             let keep = self.window.map_or(held, |w| w.before.max(1)).min(held);
             let drop = held - keep;
-            cache.keys = Some(
-                k.clone()
-                    .slice([0..batch, 0..n_kv_heads, drop..held, 0..d_head]),
-            );
-            cache.values =
-                Some(
-                    v.clone()
-                        .slice([0..batch, 0..n_kv_heads, drop..held, 0..v.dims()[3]]),
-                );
+            // The keys kept, copied (a slice would be a view holding every key computed).
+            let kept = |t: &Tensor<4>| {
+                if drop == 0 {
+                    t.clone()
+                } else {
+                    t.clone().select(
+                        2,
+                        Tensor::<1, Int>::arange(drop as i64..held as i64, &device),
+                    )
+                }
+            };
+            cache.keys = Some(kept(&k));
+            cache.values = Some(kept(&v));
             cache.start = key_start + drop;
             cache.owner = Some((self.id, batch));
         }

@@ -36,6 +36,7 @@ pub fn panic_message(f: impl FnOnce()) -> String {
         .unwrap_or_default()
 }
 
+mod attend;
 mod attention_block;
 mod attention_fixtures;
 mod attention_schemes;
