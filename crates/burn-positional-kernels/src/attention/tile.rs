@@ -450,3 +450,49 @@ impl<B: Backend> Extras<B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(causal: bool, window: Option<Window>, query_offset: usize, tile: usize) -> TileArgs {
+        TileArgs {
+            kind: BiasKind::None,
+            causal,
+            window,
+            query_offset,
+            key_offset: 0,
+            explicit: false,
+            segments: false,
+            padded: false,
+            tile,
+            scale: 1.0,
+            softcap: None,
+        }
+    }
+
+    /// A windowed tile holds its rows plus the window's keys, wherever it sits: the work and
+    /// memory of a windowed attention grow with the sequence, not its square.
+    #[test]
+    fn windowed_tiles_hold_only_the_keys_they_see() {
+        let w = Window::hf(4); // 3 keys back
+        let cut = tiles(&args(true, Some(w), 0, 2), 10, 10);
+        let ranges: Vec<_> = cut.iter().map(|t| (t.r0, t.k0, t.k1)).collect();
+        assert_eq!(
+            ranges,
+            [(0, 0, 2), (2, 0, 4), (4, 1, 6), (6, 3, 8), (8, 5, 10)]
+        );
+        // Bidirectional: 1 back, 2 ahead, clamped to the keys there are.
+        let w = Window {
+            before: 1,
+            after: 2,
+        };
+        let cut = tiles(&args(false, Some(w), 0, 3), 7, 7);
+        let ranges: Vec<_> = cut.iter().map(|t| (t.r0, t.k0, t.k1)).collect();
+        assert_eq!(ranges, [(0, 0, 5), (3, 2, 7), (6, 5, 7)]);
+        // A causal tile after a cache of 5 keys sees the cache and itself.
+        let cut = tiles(&args(true, None, 5, 4), 7, 12);
+        let ranges: Vec<_> = cut.iter().map(|t| (t.r0, t.k0, t.k1)).collect();
+        assert_eq!(ranges, [(0, 0, 9), (4, 0, 12)]);
+    }
+}
