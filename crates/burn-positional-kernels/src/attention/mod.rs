@@ -34,7 +34,7 @@ use burn::tensor::{Bool, Int, Tensor};
 /// `batch x n_heads x rows x keys <= TILE_VALUES` (16 MiB of f32), at least one row.
 pub const TILE_VALUES: usize = 1 << 22;
 
-/// A score bias in compact form: what [`AttendOptions::bias`] adds to each score from the
+/// A score bias in compact form: what the `bias` of [`AttendOptions`] adds to each score from the
 /// relative position `rel = key position - query position`.
 #[derive(Clone, Debug, Default)]
 pub enum AttentionBias {

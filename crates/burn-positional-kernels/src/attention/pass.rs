@@ -3,7 +3,7 @@
 //! FlashAttention-2 style backward that recomputes each tile's probabilities from it.
 
 use burn::backend::{
-    Backend, Scalar, Slice, TensorMetadata,
+    Backend, Scalar, TensorMetadata,
     tensor::{BoolTensor, FloatTensor},
 };
 use burn::tensor::{FloatDType, Shape, ops::AttentionModuleOptions};
@@ -141,6 +141,7 @@ pub(crate) fn backward<B: Backend>(
     grad: FloatTensor<B>,
     wanted: Wanted,
 ) -> Grads<B> {
+    use burn::backend::Slice;
     use burn::tensor::IndexingUpdateOp;
 
     let Saved {

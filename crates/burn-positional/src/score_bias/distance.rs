@@ -1,7 +1,7 @@
 //! The one relative distance of the crate: key position minus query position, and the bias each
 //! compact form gives it. ALiBi's and T5's spelled-out biases and the tiled attention's tiles are
 //! all built here, so they cannot disagree. (The kernels crate's own autodiff op works on backend
-//! primitives and has its twin, `relative` in `burn-positional-kernels/src/attention.rs`; the
+//! primitives and has its twin, `relative` in `burn-positional-kernels/src/attention/tile.rs`; the
 //! tiled-versus-spelled-out tests hold the two together.)
 //!
 //! ```text
