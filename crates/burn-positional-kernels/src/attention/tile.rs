@@ -289,12 +289,22 @@ fn hidden<B: Backend>(
         );
         masks.push(B::bool_reshape(padding, Shape::new([batch, 1, keys])));
     }
+    // Masks from positions alone stay `[1, rows, keys]` (one for the whole batch) until one
+    // that differs per sequence joins them: no per-sequence copy of a causal mask.
+    let n = masks.iter().map(|m| m.shape().dims::<3>()[0]).max()?;
+    let full = [n, rows, keys];
     let combined = masks
         .into_iter()
-        .map(|m| B::bool_expand(m, per_batch.clone()))
+        .map(|m| {
+            if m.shape().dims::<3>() == full {
+                m
+            } else {
+                B::bool_expand(m, Shape::new(full))
+            }
+        })
         .reduce(B::bool_or)?;
     Some(B::bool_expand(
-        B::bool_reshape(combined, Shape::new([batch, 1, rows, keys])),
+        B::bool_reshape(combined, Shape::new([n, 1, rows, keys])),
         Shape::new(shape),
     ))
 }
