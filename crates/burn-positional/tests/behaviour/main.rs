@@ -37,6 +37,7 @@ pub fn panic_message(f: impl FnOnce()) -> String {
 }
 
 mod attend;
+mod attend_block;
 mod attention_block;
 mod attention_fixtures;
 mod attention_schemes;
