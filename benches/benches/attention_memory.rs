@@ -141,96 +141,81 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
     if scheme.starts_with("cache, ") {
         return cache_case(&device, scheme, seq);
     }
-    let windowed = scheme.strip_suffix(", window 256");
-    let run: Box<dyn Fn() -> Tensor<3>> =
-        if let Some(heads) = windowed.unwrap_or(scheme).strip_suffix(" kv heads") {
-            let d_head = D_MODEL / N_HEADS;
-            let n_kv: usize = heads.parse().expect("a head count");
-            let mut options = AttendOptions::new().causal(true);
-            if windowed.is_some() {
-                options = options.window(burn_positional::Window::hf(WINDOW));
-            }
-            let normal = |heads: usize| {
-                let t = Tensor::<4>::random(
-                    [1, heads, seq, d_head],
-                    Distribution::Normal(0.0, 1.0),
-                    &device,
-                );
-                if backward { t.require_grad() } else { t }
-            };
-            let (q, k, v) = (normal(N_HEADS), normal(n_kv), normal(n_kv));
-            Box::new(move || {
-                attend(q.clone(), k.clone(), v.clone(), &options).reshape([1, seq, D_MODEL])
-            })
-        } else if scheme == "2 kv heads, repeated" {
-            let d_head = D_MODEL / N_HEADS;
-            let normal = |heads: usize| {
-                let t = Tensor::<4>::random(
-                    [1, heads, seq, d_head],
-                    Distribution::Normal(0.0, 1.0),
-                    &device,
-                );
-                if backward { t.require_grad() } else { t }
-            };
-            let (q, k, v) = (normal(N_HEADS), normal(2), normal(2));
-            // transformers' repeat_kv: each kv head copied for its 4 query heads.
-            let repeat = move |t: Tensor<4>| {
-                t.unsqueeze_dim::<5>(2)
-                    .expand([1, 2, N_HEADS / 2, seq, d_head])
-                    .reshape([1, N_HEADS, seq, d_head])
-            };
-            Box::new(move || {
-                attend(
-                    q.clone(),
-                    repeat(k.clone()),
-                    repeat(v.clone()),
-                    &AttendOptions::new().causal(true),
-                )
-                .reshape([1, seq, D_MODEL])
-            })
-        } else if scheme == "burn attention" {
-            let d_head = D_MODEL / N_HEADS;
-            let qkv = || {
-                let t = Tensor::<4>::random(
-                    [1, N_HEADS, seq, d_head],
-                    Distribution::Normal(0.0, 1.0),
-                    &device,
-                );
-                if backward { t.require_grad() } else { t }
-            };
-            let (q, k, v) = (qkv(), qkv(), qkv());
-            Box::new(move || {
-                let options = AttentionModuleOptions {
-                    is_causal: true,
-                    ..Default::default()
-                };
-                attention(q.clone(), k.clone(), v.clone(), None, None, options)
-                    .reshape([1, seq, D_MODEL])
-            })
-        } else {
-            // `TILE_ROWS` sets the tiled attention's rows per tile (default: the block's budget).
-            let tile_rows = std::env::var("TILE_ROWS").ok().and_then(|v| v.parse().ok());
-            let config = SelfAttentionConfig::new(D_MODEL, N_HEADS)
-                .with_causal(true)
-                .with_tile_rows(tile_rows);
-            let config = match scheme {
-                "none" | "none, spelled out" => config,
-                "rope" => config.with_rotary(),
-                "alibi" => config.with_alibi(),
-                "t5" => config.with_t5(),
-                other => panic!("unknown scheme {other}"),
-            };
-            let block = config.init(&device);
-            let x = Tensor::<3>::random([1, seq, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
-            let x = if backward { x.require_grad() } else { x };
-            if scheme == "none, spelled out" {
-                // The scores written out in full (`forward_weights`): the reference path, and what
-                // `forward` ran on autodiff devices before the tiled backward.
-                Box::new(move || block.forward_weights(AttentionInput::new(x.clone())).output)
-            } else {
-                Box::new(move || block.forward(x.clone()))
-            }
+    // "8 kv heads", "2 kv heads", "2 kv heads, repeated", "8 kv heads, window 256".
+    let (heads, variant) = scheme.split_once(", ").unwrap_or((scheme, ""));
+    let run: Box<dyn Fn() -> Tensor<3>> = if let Some(heads) = heads.strip_suffix(" kv heads") {
+        let d_head = D_MODEL / N_HEADS;
+        let n_kv: usize = heads.parse().expect("a head count");
+        let mut options = AttendOptions::new().causal(true);
+        if variant == "window 256" {
+            options = options.window(burn_positional::Window::hf(WINDOW));
+        }
+        let normal = |heads: usize| {
+            let t = Tensor::<4>::random(
+                [1, heads, seq, d_head],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            if backward { t.require_grad() } else { t }
         };
+        let (q, k, v) = (normal(N_HEADS), normal(n_kv), normal(n_kv));
+        // transformers' repeat_kv: each kv head copied for its query heads, in the step.
+        let repeated = variant == "repeated";
+        let repeat = move |t: Tensor<4>| {
+            if !repeated {
+                return t;
+            }
+            t.unsqueeze_dim::<5>(2)
+                .expand([1, n_kv, N_HEADS / n_kv, seq, d_head])
+                .reshape([1, N_HEADS, seq, d_head])
+        };
+        Box::new(move || {
+            attend(q.clone(), repeat(k.clone()), repeat(v.clone()), &options)
+                .reshape([1, seq, D_MODEL])
+        })
+    } else if scheme == "burn attention" {
+        let d_head = D_MODEL / N_HEADS;
+        let qkv = || {
+            let t = Tensor::<4>::random(
+                [1, N_HEADS, seq, d_head],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            if backward { t.require_grad() } else { t }
+        };
+        let (q, k, v) = (qkv(), qkv(), qkv());
+        Box::new(move || {
+            let options = AttentionModuleOptions {
+                is_causal: true,
+                ..Default::default()
+            };
+            attention(q.clone(), k.clone(), v.clone(), None, None, options)
+                .reshape([1, seq, D_MODEL])
+        })
+    } else {
+        // `TILE_ROWS` sets the tiled attention's rows per tile (default: the block's budget).
+        let tile_rows = std::env::var("TILE_ROWS").ok().and_then(|v| v.parse().ok());
+        let config = SelfAttentionConfig::new(D_MODEL, N_HEADS)
+            .with_causal(true)
+            .with_tile_rows(tile_rows);
+        let config = match scheme {
+            "none" | "none, spelled out" => config,
+            "rope" => config.with_rotary(),
+            "alibi" => config.with_alibi(),
+            "t5" => config.with_t5(),
+            other => panic!("unknown scheme {other}"),
+        };
+        let block = config.init(&device);
+        let x = Tensor::<3>::random([1, seq, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
+        let x = if backward { x.require_grad() } else { x };
+        if scheme == "none, spelled out" {
+            // The scores written out in full (`forward_weights`): the reference path, and what
+            // `forward` ran on autodiff devices before the tiled backward.
+            Box::new(move || block.forward_weights(AttentionInput::new(x.clone())).output)
+        } else {
+            Box::new(move || block.forward(x.clone()))
+        }
+    };
     let step = || {
         let out = run();
         if backward {

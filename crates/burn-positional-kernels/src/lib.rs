@@ -53,9 +53,6 @@ pub use api::{
     FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding, max_buffer_bytes,
     reference_embedding, try_fused_embedding,
 };
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use attention::TILE_VALUES;
 pub use attention::{AttendOptions, AttentionBias, AttentionPositions, Window, tiled_attention};
 pub(crate) use extension::PositionalKernels;
 pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};

@@ -32,7 +32,7 @@ use burn::tensor::{Bool, Int, Tensor};
 
 /// Floats one tile's scores may hold when the tile size is left to the op:
 /// `batch x n_heads x rows x keys <= TILE_VALUES` (16 MiB of f32), at least one row.
-pub const TILE_VALUES: usize = 1 << 22;
+pub(crate) const TILE_VALUES: usize = 1 << 22;
 
 /// A score bias in compact form: what the `bias` of [`AttendOptions`] adds to each score from the
 /// relative position `rel = key position - query position`.

@@ -43,9 +43,10 @@ use crate::score_bias::distance::relative;
 ///
 /// - [`forward`](SelfAttention::forward) never holds a `seq x seq` tensor of its own: a block
 ///   without a bias runs burn's fused [`attention`](burn::tensor::module::attention) (flash
-///   kernels on flex and the Cube backends); a block with its own ALiBi or T5 bias, and every
-///   block on an autodiff device, runs the tiled attention (the bias computed inside tiles of
-///   queries; in training one graph node whose backward recomputes each tile, see
+///   kernels on flex and the Cube backends); a block with its own ALiBi or T5 bias, grouped
+///   heads, a sliding window or packed rows, and every block on an autodiff device, runs
+///   [`attend`](crate::attend) (the bias and masks computed inside tiles of queries; in
+///   training one graph node whose backward recomputes each tile, see
 ///   [`SelfAttentionConfig::tile_rows`](crate::SelfAttentionConfig::tile_rows)).
 ///   [`forward_weights`](SelfAttention::forward_weights) spells the scores out and returns the
 ///   weights too, for pictures and probes; the two agree to float tolerance. A bias passed in

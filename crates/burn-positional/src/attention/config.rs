@@ -52,8 +52,8 @@ pub struct SelfAttentionConfig {
     /// bias inside each tile instead of materializing the `seq x seq` bias, and on autodiff
     /// devices runs as one graph node whose backward recomputes each tile (memory linear in
     /// the sequence in training). `None` (the default): tiles of at most 2^22 scores
-    /// (`batch x n_heads x rows x seq_k`, 16 MiB in f32), for ALiBi and T5 everywhere and for
-    /// every scheme on autodiff devices (without autodiff a block without a bias runs burn's
+    /// (`batch x n_heads x rows x keys`, 16 MiB in f32), for ALiBi, T5, grouped heads, a window
+    /// and packed rows everywhere and for every scheme on autodiff devices (without autodiff a block without a bias runs burn's
     /// fused attention, already tiled). `Some(rows)` takes the tiled path on every device and
     /// for every scheme, except in the two cases that never take it: a score bias passed in
     /// from outside ([`AttentionInput::score_bias`](crate::AttentionInput::score_bias), a

@@ -168,6 +168,9 @@ pub struct Rope {
     /// past its limit); grown on demand and shared by clones.
     #[module(skip)]
     positions: Grown<Tensor<2>>,
+    /// The trained `inv_freq` `[1, pairs]` and attention factor, for `apply_at` past the table.
+    #[module(skip)]
+    trained: Grown<(Tensor<2>, f32)>,
 }
 
 impl ModuleDisplay for Rope {
@@ -302,6 +305,7 @@ impl RopeConfig {
             arithmetic: self.arithmetic,
             grown: Grown::default(),
             positions: Grown::default(),
+            trained: Grown::default(),
         })
     }
 }
@@ -567,16 +571,13 @@ impl Rope {
         self.rotate(x, cos.unsqueeze::<4>(), sin.unsqueeze::<4>())
     }
 
-    /// Rotates queries or keys at explicit positions, one per token: packed sequences whose
-    /// positions restart at each document, left padding. Positions inside the precomputed
-    /// table take its rows (the numbers [`apply`](Self::apply) uses); positions past it are
-    /// computed on the device in f32 from the trained frequencies, as transformers' rotary
-    /// modules compute every position. No read from the device.
-    ///
-    /// Frequencies that follow the sequence's length (`Dynamic`, `LongRope`) are those of the
-    /// trained set here: transformers reads `max(position_ids) + 1` from the device to pick
-    /// them, which this call never does; past the trained length use [`apply`](Self::apply).
-    /// A negative position rotates as position 0.
+    /// Rotates queries or keys at explicit positions, one per token (packed documents, left
+    /// padding): inside the precomputed table its rows (the numbers [`apply`](Self::apply)
+    /// uses), past it computed on the device in f32 from the trained frequencies, as
+    /// transformers computes every position. No read from the device. Frequencies that follow
+    /// the length (`Dynamic`, `LongRope`) are the trained set's: transformers reads
+    /// `max(position_ids) + 1` to pick them, which this call never does. A negative position
+    /// rotates as position 0.
     ///
     /// # Shapes
     ///
@@ -621,17 +622,22 @@ impl Rope {
         let index = flat.clone().clamp(0, cache_len as i64 - 1);
         let table_cos = self.cos.clone().select(0, index.clone());
         let table_sin = self.sin.clone().select(0, index);
-        let (inv_freq, attention) = self.scaling.frequencies(
-            self.base,
-            self.rotary_dims,
-            self.scaling.length_of(Regime::Trained),
-            self.arithmetic,
-        );
         let device = self.cos.device();
-        let inv_freq: Vec<f32> = inv_freq.into_iter().map(|w| w as f32).collect();
-        let inv_freq = Tensor::<2>::from_data(TensorData::new(inv_freq, [1, pairs]), &device);
+        let key = DeviceKey::new(&device, burn::tensor::DType::F32);
+        let (inv_freq, attention) = self.trained.with(&key, |slot| {
+            slot.get_or_insert_with(|| {
+                let len = self.scaling.length_of(Regime::Trained);
+                let (w, a) =
+                    (self.scaling).frequencies(self.base, self.rotary_dims, len, self.arithmetic);
+                let w: Vec<f32> = w.into_iter().map(|w| w as f32).collect();
+                (
+                    Tensor::from_data(TensorData::new(w, [1, pairs]), &device),
+                    a as f32,
+                )
+            })
+            .clone()
+        });
         let angles = flat.clone().clamp_min(0).float().reshape([n * seq, 1]) * inv_freq;
-        let attention = attention as f32;
         let past = flat
             .greater_equal_elem(cache_len as i64)
             .reshape([n * seq, 1])

@@ -337,15 +337,9 @@ pub(crate) fn agree<const D: usize>(
         got.iter::<f32>().all(f32::is_finite),
         "{what}: NaN or infinity"
     );
-    let compared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        got.assert_approx_eq::<f32>(&want.into_data(), tolerance)
-    }));
-    if let Err(payload) = compared {
-        let message = payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
+    if let Err(message) =
+        crate::try_panic(|| got.assert_approx_eq::<f32>(&want.into_data(), tolerance))
+    {
         panic!("{what}: {message}");
     }
 }

@@ -210,15 +210,9 @@ fn check<const D: usize>(got: Tensor<D>, want: &Value, what: &str) {
         "{what}: NaN or infinity"
     );
     let want = TensorData::new(floats(want), shape(want));
-    let compared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        got.assert_approx_eq::<f32>(&want, Tolerance::absolute(TOLERANCE))
-    }));
-    if let Err(payload) = compared {
-        let message = payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
+    if let Err(message) =
+        crate::try_panic(|| got.assert_approx_eq::<f32>(&want, Tolerance::absolute(TOLERANCE)))
+    {
         panic!("{what}: differs from PyTorch: {message}");
     }
 }

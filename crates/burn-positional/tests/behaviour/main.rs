@@ -27,13 +27,18 @@ mod devices;
 
 /// Runs `f`, which must panic, and returns its message: what a `# Panics` section promises.
 pub fn panic_message(f: impl FnOnce()) -> String {
-    let payload =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("expected a panic");
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
+    try_panic(f).expect_err("expected a panic")
+}
+
+/// Runs `f`; its panic's message, if it panics.
+pub fn try_panic(f: impl FnOnce()) -> Result<(), String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    })
 }
 
 mod attend;
