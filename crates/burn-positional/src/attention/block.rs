@@ -120,6 +120,10 @@ pub struct SelfAttention {
     /// [`SelfAttentionConfig::tile_rows`](crate::SelfAttentionConfig::tile_rows)).
     #[module(skip)]
     pub tile_rows: Option<usize>,
+    /// Whether a [`KvCache`] holds keys as rotated when cached, under a length-dependent rope
+    /// (see [`SelfAttentionConfig::cache_rotated_keys`](crate::SelfAttentionConfig::cache_rotated_keys)).
+    #[module(skip)]
+    pub cache_rotated_keys: bool,
 }
 
 impl ModuleDisplay for SelfAttention {
@@ -357,6 +361,7 @@ impl SelfAttention {
         // keys unrotated and rotates all of them with the current frequencies at every step, so
         // decoding equals one forward over the whole sequence (see the `rope` module docs).
         let rotate_after_cache = cache.is_some()
+            && !self.cache_rotated_keys
             && self
                 .rope
                 .as_ref()
@@ -380,28 +385,9 @@ impl SelfAttention {
         if let Some(cache) = cache {
             // Bound to this block and batch: checked in `run` before anything was touched.
             key_start = cache.start;
-            if let (Some(past_k), Some(past_v)) = (cache.keys.take(), cache.values.take()) {
-                k = Tensor::cat(vec![past_k, k], 2);
-                v = Tensor::cat(vec![past_v, v], 2);
-            }
             // A windowed block keeps the keys the next query can see, and no more.
-            let held = k.dims()[2];
-            let keep = self.window.map_or(held, |w| w.before.max(1)).min(held);
-            let drop = held - keep;
-            // The keys kept, copied (a slice would be a view holding every key computed).
-            let kept = |t: &Tensor<4>| {
-                if drop == 0 {
-                    t.clone()
-                } else {
-                    t.clone().select(
-                        2,
-                        Tensor::<1, Int>::arange(drop as i64..held as i64, &device),
-                    )
-                }
-            };
-            cache.keys = Some(kept(&k));
-            cache.values = Some(kept(&v));
-            cache.start = key_start + drop;
+            let keep = self.window.map(|w| w.before.max(1));
+            (k, v) = cache.push(k, v, keep);
             cache.owner = Some((self.id, batch));
         }
         if let (true, Some(rope)) = (rotate_after_cache, &self.rope) {

@@ -75,6 +75,16 @@ pub struct SelfAttentionConfig {
     /// default): every token. Must be at least 1.
     #[config(default = "None")]
     pub sliding_window: Option<usize>,
+    /// How a [`KvCache`](crate::KvCache) holds keys under a rope whose frequencies follow the
+    /// sequence's length (`RopeScaling::Dynamic`, `RopeScaling::LongRope`). `false` (the
+    /// default): unrotated, every cached key re-rotated with the current frequencies at each
+    /// step, so decoding equals one forward over the whole sequence (what a model trained or
+    /// evaluated with full forwards saw). `true`: each key as it was rotated when it was
+    /// cached, as transformers, vLLM and Phi-3's own code do (after a switch old keys keep
+    /// the short factors): what a port must do to generate the tokens transformers generates.
+    /// No effect for other ropes, where both are the same.
+    #[config(default = false)]
+    pub cache_rotated_keys: bool,
 }
 
 impl SelfAttentionConfig {
@@ -254,6 +264,7 @@ impl SelfAttentionConfig {
             id: BlockId::next(),
             causal_masks: CausalMasks::default(),
             tile_rows: self.tile_rows,
+            cache_rotated_keys: self.cache_rotated_keys,
         }))
     }
 

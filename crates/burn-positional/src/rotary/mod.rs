@@ -70,8 +70,9 @@
 
 use burn::config::Config;
 use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 
+mod at;
 pub mod hf_config;
 mod scaling;
 mod torch_pow;
@@ -168,9 +169,10 @@ pub struct Rope {
     /// past its limit); grown on demand and shared by clones.
     #[module(skip)]
     positions: Grown<Tensor<2>>,
-    /// The trained `inv_freq` `[1, pairs]` and attention factor, for `apply_at` past the table.
+    /// The `inv_freq` `[1, pairs]` and attention factor of the last frequency set `apply_at`
+    /// computed on the device (the trained one, or the set of a length).
     #[module(skip)]
-    trained: Grown<(Tensor<2>, f32)>,
+    frequencies: Grown<(Tensor<2>, f32), (DeviceKey, Regime)>,
 }
 
 impl ModuleDisplay for Rope {
@@ -305,7 +307,7 @@ impl RopeConfig {
             arithmetic: self.arithmetic,
             grown: Grown::default(),
             positions: Grown::default(),
-            trained: Grown::default(),
+            frequencies: Grown::default(),
         })
     }
 }
@@ -569,84 +571,6 @@ impl Rope {
         let (cos, sin) = self.angles(offset, seq);
         // [seq, half] -> [1, 1, seq, half], broadcast over batch and heads.
         self.rotate(x, cos.unsqueeze::<4>(), sin.unsqueeze::<4>())
-    }
-
-    /// Rotates queries or keys at explicit positions, one per token (packed documents, left
-    /// padding): inside the precomputed table its rows (the numbers [`apply`](Self::apply)
-    /// uses), past it computed on the device in f32 from the trained frequencies, as
-    /// transformers computes every position. No read from the device. Frequencies that follow
-    /// the length (`Dynamic`, `LongRope`) are the trained set's: transformers reads
-    /// `max(position_ids) + 1` to pick them, which this call never does. A negative position
-    /// rotates as position 0.
-    ///
-    /// # Shapes
-    ///
-    /// - x: `[batch, n_heads, seq, d_head]`
-    /// - positions: `[batch or 1, seq]`
-    /// - output: `[batch, n_heads, seq, d_head]`
-    ///
-    /// # Panics
-    ///
-    /// If the last dimension of `x` is not `d_head`, or `positions` is not `[batch or 1, seq]`.
-    ///
-    /// ```
-    /// use burn::prelude::*;
-    /// use burn_positional::RopeConfig;
-    ///
-    /// let device = Device::flex();
-    /// let rope = RopeConfig::new(8).init(&device);
-    /// let x = Tensor::<4>::ones([1, 2, 4, 8], &device);
-    /// // Two documents packed in one row: positions restart at the second.
-    /// let positions = Tensor::<2, Int>::from_data([[0, 1, 0, 1]], &device);
-    /// let rotated = rope.apply_at(x.clone(), positions);
-    /// assert_eq!(rotated.dims(), [1, 2, 4, 8]);
-    /// let first = rope.apply(x.slice([0..1, 0..2, 0..2, 0..8]), 0);
-    /// assert!(rotated.slice([0..1, 0..2, 2..4, 0..8]).all_close(first, None, Some(1e-6)));
-    /// ```
-    pub fn apply_at(&self, x: Tensor<4>, positions: Tensor<2, Int>) -> Tensor<4> {
-        let [batch, _, seq, d_head] = x.dims();
-        assert_eq!(
-            d_head, self.d_head,
-            "rope built for d_head {} got heads {d_head} wide",
-            self.d_head
-        );
-        let [n, len] = positions.dims();
-        assert!(
-            len == seq && (n == 1 || n == batch),
-            "rope: positions must be [batch {batch} or 1, seq {seq}], got {:?}. Fix: one \
-             position per token",
-            positions.dims()
-        );
-        let [cache_len, pairs] = self.cos.dims();
-        let flat = positions.reshape([n * seq]);
-        let index = flat.clone().clamp(0, cache_len as i64 - 1);
-        let table_cos = self.cos.clone().select(0, index.clone());
-        let table_sin = self.sin.clone().select(0, index);
-        let device = self.cos.device();
-        let key = DeviceKey::new(&device, burn::tensor::DType::F32);
-        let (inv_freq, attention) = self.trained.with(&key, |slot| {
-            slot.get_or_insert_with(|| {
-                let len = self.scaling.length_of(Regime::Trained);
-                let (w, a) =
-                    (self.scaling).frequencies(self.base, self.rotary_dims, len, self.arithmetic);
-                let w: Vec<f32> = w.into_iter().map(|w| w as f32).collect();
-                (
-                    Tensor::from_data(TensorData::new(w, [1, pairs]), &device),
-                    a as f32,
-                )
-            })
-            .clone()
-        });
-        let angles = flat.clone().clamp_min(0).float().reshape([n * seq, 1]) * inv_freq;
-        let past = flat
-            .greater_equal_elem(cache_len as i64)
-            .reshape([n * seq, 1])
-            .expand([n * seq, pairs]);
-        let cos = table_cos.mask_where(past.clone(), angles.clone().cos().mul_scalar(attention));
-        let sin = table_sin.mask_where(past, angles.sin().mul_scalar(attention));
-        // [n * seq, half] -> [n, 1, seq, half], broadcast over heads (and batch when n is 1).
-        let shape = [n, 1, seq, pairs];
-        self.rotate(x, cos.reshape(shape), sin.reshape(shape))
     }
 
     /// `x` rotated by angles whose `cos` and `sin` are `[batch or 1, 1, seq, pairs]`.

@@ -53,6 +53,7 @@ mod gradients;
 mod hf_rope;
 mod hf_rope_fuzz;
 mod hostile_sizes;
+mod own_blocks;
 mod padding;
 mod positions;
 mod pretrained;
