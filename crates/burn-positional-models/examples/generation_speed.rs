@@ -1,0 +1,93 @@
+//! Tokens per second of greedy generation with a port, the side `tools/generation_speed.py`
+//! measures in transformers (one process per side, the same checkpoint folder):
+//!
+//! ```text
+//! python3 tools/generation_speed.py write /tmp/burn-positional-speed
+//! cargo run --release -p burn-positional-models --example generation_speed -- \
+//!     /tmp/burn-positional-speed/gpt2 --batch 1
+//! ```
+//!
+//! A batch of `--batch` random prompts of `--prompt` tokens (ids in 3..1000, seed 1), `--new`
+//! greedy tokens with `burn_positional_models::generate` (a `KvCache` per layer). Prefill is the
+//! time to the first token (the prompt's forward included), decode the time of the others;
+//! each token is read back from the device, as generation must. Peak memory is the process's
+//! peak resident set (`VmHWM`). Prints one JSON line.
+
+use std::path::PathBuf;
+
+use burn_positional_examples::device::{DeviceChoice, open};
+use burn_positional_models::{generate, load_causal_lm};
+use clap::Parser;
+
+/// Tokens per second of greedy generation with a checkpoint folder.
+#[derive(Parser, Debug)]
+struct Args {
+    /// The checkpoint folder (config.json + model.safetensors).
+    dir: PathBuf,
+    /// Prompts in the batch.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Tokens per prompt.
+    #[arg(long, default_value_t = 128)]
+    prompt: usize,
+    /// Tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    new: usize,
+    /// flex, ndarray, wgpu.
+    #[arg(long, default_value = "flex")]
+    device: DeviceChoice,
+}
+
+fn main() -> Result<(), String> {
+    let args = Args::parse();
+    let opened = open(args.device)?;
+    let device = opened.device;
+    let model = load_causal_lm(&args.dir, &device).map_err(|e| e.to_string())?;
+    // The same prompts on every run: a small linear congruential generator, seed 1.
+    let mut state: u64 = 1;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        3 + ((state >> 33) % 997) as i64
+    };
+    let prompts: Vec<Vec<i64>> = (0..args.batch)
+        .map(|_| (0..args.prompt).map(|_| next()).collect())
+        .collect();
+    let generated = generate(&model, &prompts, 0, args.new, &device);
+    assert!(generated.tokens.iter().all(|t| t.len() == args.new));
+    let (prefill, decode) = (
+        generated.prefill.as_secs_f64(),
+        generated.decode.as_secs_f64(),
+    );
+    println!(
+        "{{\"side\": \"burn-positional-models ({})\", \"model\": {:?}, \"batch\": {}, \"prompt\": {}, \"new\": {}, \"prefill_s\": {:.4}, \"prefill_tokens_per_s\": {:.1}, \"decode_s\": {:.4}, \"decode_tokens_per_s\": {:.1}, \"peak_rss_mib\": {:.1}}}",
+        opened.description,
+        args.dir
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default(),
+        args.batch,
+        args.prompt,
+        args.new,
+        prefill,
+        (args.batch * args.prompt) as f64 / prefill,
+        decode,
+        (args.batch * (args.new - 1)) as f64 / decode,
+        peak_rss_mib(),
+    );
+    Ok(())
+}
+
+/// The process's peak resident set in MiB (`VmHWM` of /proc/self/status; 0 where there is none).
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}

@@ -1,0 +1,128 @@
+//! Hugging Face model ports on burn-positional: eight families built from a checkpoint's
+//! `config.json`, loaded from its `model.safetensors` with burn's own store, the layer doing
+//! everything positional (learned tables, rotary variants read from `config.json`, ALiBi, T5's
+//! buckets, the attention entry point, the key-value cache) and plain burn the rest.
+//!
+//! | `model_type` | port | positions |
+//! | --- | --- | --- |
+//! | `gpt2` | [`gpt2`] | learned absolute, explicit positions under left padding |
+//! | `bert` | [`bert`] | learned absolute + token types, key padding |
+//! | `t5` | [`t5`] | relative buckets, one table per stack, unscaled scores |
+//! | `llama` | [`llama`] | rotary (any `rope_type`, Llama 3's `llama3`), grouped heads |
+//! | `qwen2` | [`qwen2`] | rotary (YaRN's attention factor), qkv biases |
+//! | `phi3` | [`phi3`] | rotary `longrope` switching mid-generation |
+//! | `bloom` | [`bloom`] | ALiBi with left padding |
+//! | `mistral` | [`mistral`] | rotary with a sliding window |
+//!
+//! Every port's logits and greedy tokens equal transformers' on the committed fixtures
+//! (`tests/families/`, fixtures from `tools/model_fixtures.py`).
+
+#![warn(missing_docs)]
+
+pub mod bert;
+pub mod bloom;
+mod checkpoint;
+pub mod decoder;
+mod error;
+pub mod generate;
+pub mod gpt2;
+pub mod llama;
+pub mod mistral;
+pub mod phi3;
+pub mod qwen2;
+pub mod t5;
+
+pub use checkpoint::{Checkpoint, Remap};
+pub use error::ModelError;
+pub use generate::{Batch, CausalLm, Generated, Step, generate};
+
+use burn::tensor::{Device, Tensor};
+use burn_positional::KvCache;
+
+/// The `model_type`s with a port.
+pub const SUPPORTED: [&str; 8] = [
+    "gpt2", "bert", "t5", "llama", "qwen2", "phi3", "bloom", "mistral",
+];
+
+/// A decoder-only model of any supported family, for code that takes whatever the folder
+/// holds (the `generate` example).
+#[derive(Debug)]
+pub enum AnyCausalLm {
+    /// GPT-2.
+    Gpt2(gpt2::Gpt2),
+    /// Llama, Qwen 2, Phi-3, Mistral.
+    Decoder(decoder::Decoder),
+    /// BLOOM.
+    Bloom(bloom::Bloom),
+}
+
+impl CausalLm for AnyCausalLm {
+    fn n_layers(&self) -> usize {
+        match self {
+            Self::Gpt2(m) => m.n_layers(),
+            Self::Decoder(m) => m.n_layers(),
+            Self::Bloom(m) => m.n_layers(),
+        }
+    }
+
+    fn recompute_cache(&self, total: usize, cached: usize) -> bool {
+        match self {
+            Self::Gpt2(m) => m.recompute_cache(total, cached),
+            Self::Decoder(m) => m.recompute_cache(total, cached),
+            Self::Bloom(m) => m.recompute_cache(total, cached),
+        }
+    }
+
+    fn position_limit(&self) -> Option<usize> {
+        match self {
+            Self::Gpt2(m) => m.position_limit(),
+            Self::Decoder(m) => m.position_limit(),
+            Self::Bloom(m) => m.position_limit(),
+        }
+    }
+
+    fn forward(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3> {
+        match self {
+            Self::Gpt2(m) => m.forward(step, caches),
+            Self::Decoder(m) => m.forward(step, caches),
+            Self::Bloom(m) => m.forward(step, caches),
+        }
+    }
+}
+
+/// Opens the checkpoint folder `dir` and loads the decoder-only model its `model_type` names.
+///
+/// # Errors
+///
+/// [`ModelError::Unsupported`] for another `model_type` (T5 and BERT included: see
+/// [`t5::load`], [`bert::load`]), and whatever opening and loading the family gives.
+pub fn load_causal_lm(
+    dir: impl AsRef<std::path::Path>,
+    device: &Device,
+) -> Result<AnyCausalLm, ModelError> {
+    let checkpoint = Checkpoint::open(dir)?;
+    let model_type = checkpoint.model_type()?.to_string();
+    Ok(match model_type.as_str() {
+        "gpt2" => AnyCausalLm::Gpt2(gpt2::load(&checkpoint, device)?),
+        "llama" => AnyCausalLm::Decoder(llama::load(&checkpoint, device)?),
+        "qwen2" => AnyCausalLm::Decoder(qwen2::load(&checkpoint, device)?),
+        "phi3" => AnyCausalLm::Decoder(phi3::load(&checkpoint, device)?),
+        "mistral" => AnyCausalLm::Decoder(mistral::load(&checkpoint, device)?),
+        "bloom" => AnyCausalLm::Bloom(bloom::load(&checkpoint, device)?),
+        _ => {
+            return Err(ModelError::Unsupported {
+                model_type,
+                path: checkpoint.config_path.display().to_string(),
+                supported: "gpt2, llama, qwen2, phi3, bloom, mistral (decoder-only; t5 through \
+                            t5::load and t5::generate, bert through bert::load)"
+                    .into(),
+            });
+        }
+    })
+}
+
+/// The guide's page on porting a checkpoint (`docs/porting.md`), its Rust blocks run as
+/// doc-tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/porting.md")]
+pub struct PortingDoctests;

@@ -1,0 +1,104 @@
+//! Phi-3 (`model_type: "phi3"`), as transformers' `modeling_phi3.py`: the shared [`Decoder`]
+//! with fused `qkv_proj` and `gate_up_proj`, no biases, `partial_rotary_factor`, `longrope`
+//! switching from `short_factor` to `long_factor` once `max(position_ids) + 1` passes
+//! `original_max_position_embeddings` (generation then drops its cache and runs the whole
+//! sequence again, once, as `Phi3ForCausalLM.prepare_inputs_for_generation` does, so every key
+//! gets the long factors), and an optional `sliding_window` on every layer.
+
+use burn::tensor::Device;
+use burn_positional::RopeConfig;
+use serde::Deserialize;
+
+use crate::ModelError;
+use crate::checkpoint::Checkpoint;
+use crate::decoder::{Activation, Decoder, DecoderSpec};
+
+/// `Phi3Config`'s fields the port reads, with transformers 5.24's defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Phi3Config {
+    /// `vocab_size`.
+    pub vocab_size: usize,
+    /// `hidden_size`.
+    pub hidden_size: usize,
+    /// `intermediate_size`.
+    pub intermediate_size: usize,
+    /// `num_hidden_layers`.
+    pub num_hidden_layers: usize,
+    /// `num_attention_heads`.
+    pub num_attention_heads: usize,
+    /// `num_key_value_heads` (`num_attention_heads` when absent).
+    pub num_key_value_heads: Option<usize>,
+    /// `head_dim` (`hidden_size / num_attention_heads` when absent).
+    pub head_dim: Option<usize>,
+    /// `hidden_act`.
+    pub hidden_act: String,
+    /// `rms_norm_eps`.
+    pub rms_norm_eps: f64,
+    /// `tie_word_embeddings`.
+    pub tie_word_embeddings: bool,
+    /// `sliding_window`.
+    pub sliding_window: Option<usize>,
+    /// `original_max_position_embeddings`.
+    pub original_max_position_embeddings: usize,
+}
+
+impl Default for Phi3Config {
+    fn default() -> Self {
+        Self {
+            vocab_size: 32064,
+            hidden_size: 3072,
+            intermediate_size: 8192,
+            num_hidden_layers: 32,
+            num_attention_heads: 32,
+            num_key_value_heads: None,
+            head_dim: None,
+            hidden_act: "silu".into(),
+            rms_norm_eps: 1e-5,
+            tie_word_embeddings: false,
+            sliding_window: None,
+            original_max_position_embeddings: 4096,
+        }
+    }
+}
+
+/// The decoder `checkpoint`'s config.json describes.
+///
+/// # Errors
+///
+/// [`ModelError::Config`] for a field that does not fit, [`ModelError::Rope`] for rotary
+/// settings the layer cannot read.
+pub fn spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
+    let c: Phi3Config = checkpoint.config()?;
+    let path = checkpoint.config_path.display().to_string();
+    Ok(DecoderSpec {
+        vocab_size: c.vocab_size,
+        hidden_size: c.hidden_size,
+        intermediate_size: c.intermediate_size,
+        n_layers: c.num_hidden_layers,
+        n_heads: c.num_attention_heads,
+        n_kv_heads: c.num_key_value_heads.unwrap_or(c.num_attention_heads),
+        head_dim: c
+            .head_dim
+            .unwrap_or(c.hidden_size / c.num_attention_heads.max(1)),
+        rms_norm_eps: c.rms_norm_eps,
+        tie_word_embeddings: c.tie_word_embeddings,
+        qkv_bias: false,
+        o_bias: false,
+        mlp_bias: false,
+        activation: Activation::from_hf(&c.hidden_act, &path)?,
+        windows: vec![c.sliding_window; c.num_hidden_layers],
+        fused: true,
+        rope: RopeConfig::from_hf_config(&checkpoint.config_text)?,
+        recompute_past: Some(c.original_max_position_embeddings),
+    })
+}
+
+/// Builds the model `checkpoint` describes and loads its weights.
+///
+/// # Errors
+///
+/// As [`spec`] and [`Checkpoint::load`].
+pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<Decoder, ModelError> {
+    crate::decoder::load(spec(checkpoint)?, checkpoint, device)
+}

@@ -1,0 +1,90 @@
+//! BERT (`BertForMaskedLM`) against transformers: the masked-LM logits of a right-padded batch
+//! with two token-type segments per row, and each padded row against its tokens alone.
+
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+
+use crate::fixture::{Fixture, max_relative_error};
+
+/// Relative tolerance against transformers (float32 on both sides).
+const TOLERANCE: f64 = 1e-4;
+
+/// Rows of ids as a `[rows, len]` int tensor.
+fn ints(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
+    let shape = [rows.len(), rows[0].len()];
+    Tensor::from_data(TensorData::new(rows.concat(), shape), device)
+}
+
+/// The attention mask's rows as a `[rows, len]` padding mask, true at padding.
+fn padding(mask: &[Vec<bool>], device: &Device) -> Tensor<2, Bool> {
+    let flat: Vec<bool> = mask.iter().flatten().map(|&m| !m).collect();
+    Tensor::from_data(TensorData::new(flat, [mask.len(), mask[0].len()]), device)
+}
+
+/// Every check of a BERT fixture.
+pub fn bert_matches_transformers(name: &str, device: &Device) {
+    let fx = Fixture::open(name);
+    let source = fx.source();
+    let model = burn_positional_models::bert::load(&fx.checkpoint(), device)
+        .unwrap_or_else(|e| panic!("{source}: {e}"));
+    let batch = fx.batch();
+    let types = fx.rows("token_type_ids");
+
+    // The right-padded batch, compared at its real tokens.
+    let logits = model.forward(
+        ints(&batch.ids, device),
+        ints(&types, device),
+        padding(&batch.mask, device),
+    );
+    let err = max_relative_error(logits.clone(), fx.tensor("logits", device), &batch.mask);
+    assert!(
+        err < TOLERANCE,
+        "{source}: logits differ by {err:.2e} (relative)"
+    );
+
+    // Each row's real tokens alone give its padded row's logits: padding never leaks.
+    let [_, _, vocab] = logits.dims();
+    for (row, mask) in batch.mask.iter().enumerate() {
+        let n = mask.iter().filter(|&&m| m).count();
+        let alone = model.forward(
+            ints(&[batch.ids[row][..n].to_vec()], device),
+            ints(&[types[row][..n].to_vec()], device),
+            padding(&[vec![true; n]], device),
+        );
+        let padded = logits.clone().slice([row..row + 1, 0..n, 0..vocab]);
+        let err = max_relative_error(alone, padded, &[vec![true; n]]);
+        assert!(
+            err < TOLERANCE,
+            "{source}: row {row} padded differs from alone by {err:.2e}"
+        );
+    }
+}
+
+fn bert(device: &Device) {
+    bert_matches_transformers("bert", device);
+}
+
+on_every_device!(bert);
+
+/// `from_pretrained`'s tying: the MLM decoder's own weight and bias where the file holds them,
+/// the word table and `cls.predictions.bias` where it does not; without tying, its own.
+#[test]
+fn head_follows_tying() {
+    use burn_positional_models::bert::{HeadSource, remaps};
+    let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect();
+    let source = |k: &[&str], tie| {
+        let head = HeadSource::of(&keys(k), tie);
+        (head.own_weight, head.own_bias)
+    };
+    assert_eq!(source(&["cls.predictions.bias"], true), (false, false));
+    let all = [
+        "cls.predictions.bias",
+        "cls.predictions.decoder.weight",
+        "cls.predictions.decoder.bias",
+    ];
+    assert_eq!(source(&all, true), (true, true));
+    assert_eq!(source(&["cls.predictions.bias"], false), (true, true));
+    // The tied bias is read from `cls.predictions.bias` only when the decoder has none.
+    let tied = HeadSource::of(&keys(&["cls.predictions.bias"]), true);
+    assert!(remaps(tied).contains(&("cls.predictions", "head")));
+    assert!(!remaps(HeadSource::of(&keys(&all), true)).contains(&("cls.predictions", "head")));
+}

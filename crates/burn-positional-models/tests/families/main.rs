@@ -1,0 +1,40 @@
+//! Every port against transformers, on every device: wgpu (a GPU, or Mesa's lavapipe where
+//! there is none), ndarray and flex, each with and without autodiff for the forward, without
+//! autodiff for generation (inference). The expected logits and
+//! tokens were written by transformers itself (`tools/model_fixtures.py`; each fixture's
+//! `expected.json` names the transformers and torch versions), from the tiny random checkpoints
+//! committed beside them in `tests/fixtures/<family>/`.
+//!
+//! No backend is ever skipped: if wgpu finds no adapter, every wgpu test fails with a message
+//! saying what to install.
+
+/// Runs each named `fn(&Device)` on all six devices, one `#[test]` per device.
+macro_rules! on_every_device {
+    ($($test:ident),* $(,)?) => {
+        mod on_wgpu { $( #[test] fn $test() { super::$test(&crate::devices::wgpu()) } )* }
+        mod on_ndarray { $( #[test] fn $test() { super::$test(&crate::devices::ndarray()) } )* }
+        mod on_flex { $( #[test] fn $test() { super::$test(&crate::devices::flex()) } )* }
+        mod on_wgpu_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::wgpu().autodiff()) } )* }
+        mod on_ndarray_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::ndarray().autodiff()) } )* }
+        mod on_flex_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::flex().autodiff()) } )* }
+    };
+}
+
+/// Runs each named `fn(&Device)` on the three devices without autodiff (generation: inference
+/// only), one `#[test]` per device.
+macro_rules! on_every_inference_device {
+    ($($test:ident),* $(,)?) => {
+        mod on_wgpu { $( #[test] fn $test() { super::$test(&crate::devices::wgpu()) } )* }
+        mod on_ndarray { $( #[test] fn $test() { super::$test(&crate::devices::ndarray()) } )* }
+        mod on_flex { $( #[test] fn $test() { super::$test(&crate::devices::flex()) } )* }
+    };
+}
+
+mod devices;
+mod fixture;
+
+mod bert;
+mod bloom;
+mod decoders;
+mod gpt2;
+mod t5;
