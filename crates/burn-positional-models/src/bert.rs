@@ -266,7 +266,7 @@ impl MlmHead {
             .forward(self.activation.apply(self.dense.forward(x)));
         let table = self.weight.as_ref().map_or(words, Param::val);
         let bias = self.bias.val().unsqueeze::<3>();
-        x.matmul(table.transpose().unsqueeze::<3>()) + bias
+        crate::decoder::tied_logits(x, table) + bias
     }
 }
 

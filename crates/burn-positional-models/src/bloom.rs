@@ -316,18 +316,15 @@ impl CausalLm for Bloom {
         Bloom::n_layers(self)
     }
 
-    fn forward(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3> {
-        let x = self.hidden(step, caches);
+    fn hidden(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3> {
+        Bloom::hidden(self, step, caches)
+    }
+
+    fn head(&self, x: Tensor<3>) -> Tensor<3> {
         match &self.lm_head {
             Some(head) => head.forward(x),
             // Tied: logits = x . word_embeddings^T.
-            None => x.matmul(
-                self.word_embeddings
-                    .weight
-                    .val()
-                    .transpose()
-                    .unsqueeze::<3>(),
-            ),
+            None => crate::decoder::tied_logits(x, self.word_embeddings.weight.val()),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! grouped key and value heads, an optional sliding window per layer, a gated MLP. Each family's
 //! file reads its `config.json` into a [`DecoderSpec`] and names its keys.
 
-use burn::module::{Module, Param};
+use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm, RmsNormConfig};
 use burn::tensor::activation;
 use burn::tensor::{Device, Tensor};
@@ -369,17 +369,34 @@ impl CausalLm for Decoder {
             .is_some_and(|original| total > original && cached <= original)
     }
 
-    fn forward(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3> {
-        let x = self.hidden(step, caches);
+    fn hidden(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3> {
+        Decoder::hidden(self, step, caches)
+    }
+
+    fn head(&self, x: Tensor<3>) -> Tensor<3> {
         match &self.lm_head {
             Some(head) => head.forward(x),
-            None => {
-                // Tied: logits = x . table^T.
-                let table: Param<Tensor<2>> = self.embed.weight.clone();
-                x.matmul(table.val().transpose().unsqueeze::<3>())
-            }
+            // Tied: logits = x . table^T.
+            None => tied_logits(x, self.embed.weight.val()),
         }
     }
+}
+
+/// `x . table^T` (a head tied to the token table, `[vocab, hidden]`) computed as
+/// `(table . x^T)^T`, so the table is read in its own layout: a CPU backend copies a transposed
+/// operand to contiguous memory first, which for `x . table^T` is the whole vocabulary table on
+/// every call (most of a decoding step's time for GPT-2 small on flex).
+///
+/// # Shapes
+///
+/// - x: `[batch, seq, hidden]`, table: `[vocab, hidden]`, output: `[batch, seq, vocab]`
+pub fn tied_logits(x: Tensor<3>, table: Tensor<2>) -> Tensor<3> {
+    let [batch, seq, hidden] = x.dims();
+    let vocab = table.dims()[0];
+    table
+        .matmul(x.reshape([batch * seq, hidden]).transpose())
+        .transpose()
+        .reshape([batch, seq, vocab])
 }
 
 /// The remaps of a Llama-style checkpoint (`model.` prefix), with Phi-3's fused names when

@@ -152,10 +152,19 @@ pub trait CausalLm {
     /// Number of layers (caches).
     fn n_layers(&self) -> usize;
 
-    /// Logits `[batch, seq, vocab]` of `step`'s tokens. With `caches`, the new keys and values
-    /// are appended to them and the queries see the cached ones; without, the step is the
-    /// whole sequence.
-    fn forward(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3>;
+    /// Hidden states `[batch, seq, hidden]` of `step`'s tokens after the final norm. With
+    /// `caches`, the new keys and values are appended to them and the queries see the cached
+    /// ones; without, the step is the whole sequence.
+    fn hidden(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3>;
+
+    /// Logits `[batch, seq, vocab]` of hidden states.
+    fn head(&self, hidden: Tensor<3>) -> Tensor<3>;
+
+    /// Logits `[batch, seq, vocab]` of `step`'s tokens: [`head`](Self::head) of
+    /// [`hidden`](Self::hidden).
+    fn forward(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3> {
+        self.head(self.hidden(step, caches))
+    }
 
     /// Whether generation drops its caches and runs the whole sequence again before the step
     /// that brings the (padded) sequence to `total` tokens with `cached` of them cached:
@@ -230,11 +239,12 @@ pub fn generate<M: CausalLm>(
         }
         let step = Step::new(&ids, &positions, &mask, past, device);
         past = ids[0].len();
-        let logits = model.forward(&step, Some(&mut caches));
-        let [b, seq, vocab] = logits.dims();
-        let last = logits
-            .slice([0..b, seq - 1..seq, 0..vocab])
-            .reshape([b, vocab]);
+        // The head on the last position only (transformers' `logits_to_keep=1`).
+        let hidden = model.hidden(&step, Some(&mut caches));
+        let [b, seq, width] = hidden.dims();
+        let logits = model.head(hidden.slice([0..b, seq - 1..seq, 0..width]));
+        let vocab = logits.dims()[2];
+        let last = logits.reshape([b, vocab]);
         let next = last.clone().argmax(1).into_data();
         let next: Vec<i64> = next.iter::<i64>().collect();
         step_logits.push(last);

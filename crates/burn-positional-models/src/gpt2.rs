@@ -359,12 +359,15 @@ impl CausalLm for Gpt2 {
         }
     }
 
-    fn forward(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3> {
-        let x = self.hidden(step, caches);
+    fn hidden(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3> {
+        Gpt2::hidden(self, step, caches)
+    }
+
+    fn head(&self, x: Tensor<3>) -> Tensor<3> {
         match &self.body.lm_head {
             Some(head) => head.forward(x),
             // Tied: logits = x . wte^T.
-            None => x.matmul(self.embedding.tokens.val().transpose().unsqueeze::<3>()),
+            None => crate::decoder::tied_logits(x, self.embedding.tokens.val()),
         }
     }
 }

@@ -81,11 +81,19 @@ impl CausalLm for AnyCausalLm {
         }
     }
 
-    fn forward(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3> {
+    fn hidden(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3> {
         match self {
-            Self::Gpt2(m) => m.forward(step, caches),
-            Self::Decoder(m) => m.forward(step, caches),
-            Self::Bloom(m) => m.forward(step, caches),
+            Self::Gpt2(m) => CausalLm::hidden(m, step, caches),
+            Self::Decoder(m) => CausalLm::hidden(m, step, caches),
+            Self::Bloom(m) => CausalLm::hidden(m, step, caches),
+        }
+    }
+
+    fn head(&self, x: Tensor<3>) -> Tensor<3> {
+        match self {
+            Self::Gpt2(m) => m.head(x),
+            Self::Decoder(m) => m.head(x),
+            Self::Bloom(m) => m.head(x),
         }
     }
 }

@@ -551,10 +551,7 @@ impl T5 {
         match &self.weights.lm_head {
             Some(head) => head.forward(x),
             // Tied: logits = x . shared^T.
-            None => {
-                let table = self.weights.shared.weight.val();
-                x.matmul(table.transpose().unsqueeze::<3>())
-            }
+            None => crate::decoder::tied_logits(x, self.weights.shared.weight.val()),
         }
     }
 }
