@@ -30,6 +30,8 @@ macro_rules! on_every_inference_device {
     };
 }
 
+/// The layer's own device openers (wgpu fails loudly without an adapter), shared, not copied.
+#[path = "../../../burn-positional/tests/behaviour/devices.rs"]
 mod devices;
 mod fixture;
 
