@@ -29,6 +29,7 @@ use crate::PositionalKernels;
 use crate::attention::{self, Extras, Saved, TileArgs, Wanted};
 use crate::options::{Combine, FusedEmbeddingOptions, KernelArgs};
 use crate::reference::{bool_dtype, id_ok, position_ok, positions_of, token_keep};
+use crate::rope::RopeArgs;
 
 /// Gradient of the token table `[vocab_size, d_token]` from the output gradient
 /// `[batch, seq, d_out]`.
@@ -191,6 +192,30 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
         }
     }
 
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        args: RopeArgs,
+    ) -> FloatTensor<Self> {
+        // The tables are constants: only `x` is a parent.
+        let (cos, sin) = (cos.into_primitive(), sin.into_primitive());
+        match RopeBackward
+            .prepare::<C>([x.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let output =
+                    B::fused_rope(x.into_primitive(), cos.clone(), sin.clone(), args.clone());
+                prep.finish((cos, sin, args), output)
+            }
+            OpsKind::UnTracked(prep) => {
+                prep.finish(B::fused_rope(x.into_primitive(), cos, sin, args))
+            }
+        }
+    }
+
     fn tiled_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -247,6 +272,25 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
                 );
                 prep.finish(output)
             }
+        }
+    }
+}
+
+/// A rotation's gradient: the output gradient rotated back (the transpose of a rotation is
+/// its inverse), by the same fused op.
+#[derive(Debug)]
+struct RopeBackward;
+
+impl<B: Backend + PositionalKernels> Backward<B, 1> for RopeBackward {
+    /// Cosines, sines, arguments.
+    type State = (FloatTensor<B>, FloatTensor<B>, RopeArgs);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        if let Some(node) = node {
+            let (cos, sin, args) = ops.state;
+            grads.register::<B>(node.id, B::fused_rope(grad, cos, sin, args.inverted()));
         }
     }
 }

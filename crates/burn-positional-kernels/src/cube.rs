@@ -25,6 +25,7 @@ use cubecl::{calculate_cube_count_elemwise, prelude::*};
 
 use crate::PositionalKernels;
 use crate::options::{Combine, KernelArgs, check_tensors};
+use crate::rope::RopeArgs;
 
 /// One unit per output vector of `N` consecutive columns of one row (`row = b * seq + s`).
 ///
@@ -263,5 +264,14 @@ impl PositionalKernels for CubeBackend {
         args: KernelArgs,
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
         launch(tokens, ids, positions, table, &args)
+    }
+
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        args: RopeArgs,
+    ) -> FloatTensor<Self> {
+        crate::rope::cube::launch(x, cos, sin, &args)
     }
 }

@@ -19,6 +19,7 @@ use crate::attention::{self, Extras, TileArgs};
 use crate::options;
 use crate::options::KernelArgs;
 use crate::reference;
+use crate::rope::{self, RopeArgs};
 use burn::backend::{
     Backend, backend_extension,
     tensor::{BoolTensor, FloatTensor, IntTensor},
@@ -87,6 +88,18 @@ pub(crate) trait PositionalKernels: Backend {
         let extras = Extras::new(padding, positions, segments, &args);
         attention::forward::<Self>(q, k, v, &bias, &extras, &args, false).0
     }
+
+    /// `x` `[batch, heads, seq, d_head]` rotated by `cos` and `sin` `[1 or batch, seq, pairs]`
+    /// (the dtype of `x`); see [`crate::fused_rope`]. Output contiguous, the shape of `x`.
+    #[fusion(meta = |x, _cos, _sin, _args| x.clone())]
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        args: RopeArgs,
+    ) -> FloatTensor<Self> {
+        rope::reference::rope::<Self>(x, cos, sin, &args)
+    }
 }
 
 // Without a Cube backend there is no `Fusion` wrapper to generate (and `#[fusion]`, which the
@@ -118,5 +131,15 @@ pub(crate) trait PositionalKernels: Backend {
     ) -> FloatTensor<Self> {
         let extras = Extras::new(padding, positions, segments, &args);
         attention::forward::<Self>(q, k, v, &bias, &extras, &args, false).0
+    }
+
+    /// See the Cube-enabled twin above.
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        args: RopeArgs,
+    ) -> FloatTensor<Self> {
+        rope::reference::rope::<Self>(x, cos, sin, &args)
     }
 }

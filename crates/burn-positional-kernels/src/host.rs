@@ -23,9 +23,10 @@ use crate::PositionalKernels;
 use crate::options::{
     Combine, Dims, KernelArgs, STATUS_BAD_ID, STATUS_BAD_POSITION, check_tensors,
 };
+use crate::rope::RopeArgs;
 
 /// Outputs with fewer elements than this are written on the calling thread.
-const PARALLEL_FROM: usize = 1 << 18;
+pub(crate) const PARALLEL_FROM: usize = 1 << 18;
 
 /// Integer values (ids, positions) as a backend stores them: borrowed i32 or i64, or a
 /// converted copy. Read in i64, so both widths are compared in (at least) their own width.
@@ -60,7 +61,7 @@ impl Ints<'_> {
 const HUGE_PAGES_FROM: usize = 8 << 20;
 
 /// An uninitialized buffer of `len` floats, advised for huge pages when large.
-fn output_buffer(len: usize) -> Vec<MaybeUninit<f32>> {
+pub(crate) fn output_buffer(len: usize) -> Vec<MaybeUninit<f32>> {
     let mut output: Vec<MaybeUninit<f32>> = Vec::with_capacity(len);
     // SAFETY: `MaybeUninit<f32>` has no validity requirement, and the capacity is reserved.
     unsafe { output.set_len(len) };
@@ -242,6 +243,15 @@ macro_rules! host_extension {
                 args: KernelArgs,
             ) -> (FloatTensor<Self>, IntTensor<Self>) {
                 run::<Self>(&tokens, &ids, &positions, &table, &args)
+            }
+
+            fn fused_rope(
+                x: FloatTensor<Self>,
+                cos: FloatTensor<Self>,
+                sin: FloatTensor<Self>,
+                args: RopeArgs,
+            ) -> FloatTensor<Self> {
+                crate::rope::host::run::<Self>(&x, &cos, &sin, &args)
             }
         }
     };

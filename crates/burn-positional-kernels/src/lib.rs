@@ -45,6 +45,7 @@ mod extension;
 mod host;
 mod options;
 mod reference;
+mod rope;
 
 #[cfg(feature = "testing")]
 #[doc(hidden)]
@@ -56,3 +57,7 @@ pub use api::{
 pub use attention::{AttendOptions, AttentionBias, AttentionPositions, Window, tiled_attention};
 pub(crate) use extension::PositionalKernels;
 pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use rope::fused_rope_calls;
+pub use rope::{RotaryLayout, fused_rope, reference_rope};

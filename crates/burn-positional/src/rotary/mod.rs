@@ -86,6 +86,7 @@ pub use scaling::{
 use crate::PositionError;
 use crate::cache::{DeviceKey, Grown, count_host_table};
 use crate::limits::{GROWN_TABLE_VALUES, table_fits};
+use burn_positional_kernels::{RotaryLayout, fused_rope};
 
 /// Which dimensions form a rotated pair.
 #[derive(Config, Debug, PartialEq, Copy)]
@@ -573,49 +574,22 @@ impl Rope {
         self.rotate(x, cos.unsqueeze::<4>(), sin.unsqueeze::<4>())
     }
 
-    /// `x` rotated by angles whose `cos` and `sin` are `[batch or 1, 1, seq, pairs]`.
+    /// `x` rotated by angles whose `cos` and `sin` are `[batch or 1, 1, seq, pairs]`, in one
+    /// pass (the kernels' [`fused_rope`](burn_positional_kernels::fused_rope): a CubeCL kernel
+    /// on wgpu and CUDA, multi-threaded loops on flex and ndarray, the op-by-op twin on other
+    /// backends), in the dtype of `x` (f16, bf16 models).
     fn rotate(&self, x: Tensor<4>, cos: Tensor<4>, sin: Tensor<4>) -> Tensor<4> {
-        let [batch, n_heads, seq, d_head] = x.dims();
-        // Whole pairs: an odd partial width (transformers' arithmetic) rounds up.
-        let half = cos.dims()[3];
-        let rot = 2 * half;
-        // The tables are f32; rotate in the dtype of x (f16, bf16 models).
-        let (cos, sin) = if cos.dtype() == x.dtype() {
-            (cos, sin)
-        } else {
-            (cos.cast(x.dtype()), sin.cast(x.dtype()))
+        let [n, _, seq, pairs] = cos.dims();
+        let layout = match self.layout {
+            RopeLayout::Interleaved => RotaryLayout::Interleaved,
+            RopeLayout::HalfSplit => RotaryLayout::HalfSplit,
         };
-        let rotated = x.clone().slice([0..batch, 0..n_heads, 0..seq, 0..rot]);
-        let out = match self.layout {
-            RopeLayout::Interleaved => {
-                // [.., rot] -> [.., half, 2]: a = even dims, b = odd dims.
-                let pairs = rotated.reshape([batch, n_heads, seq, half, 2]);
-                let a = pairs
-                    .clone()
-                    .slice([0..batch, 0..n_heads, 0..seq, 0..half, 0..1])
-                    .squeeze_dim::<4>(4);
-                let b = pairs
-                    .slice([0..batch, 0..n_heads, 0..seq, 0..half, 1..2])
-                    .squeeze_dim::<4>(4);
-                let ra = a.clone() * cos.clone() - b.clone() * sin.clone();
-                let rb = a * sin + b * cos;
-                Tensor::stack::<5>(vec![ra, rb], 4).reshape([batch, n_heads, seq, rot])
-            }
-            RopeLayout::HalfSplit => {
-                let a = rotated
-                    .clone()
-                    .slice([0..batch, 0..n_heads, 0..seq, 0..half]);
-                let b = rotated.slice([0..batch, 0..n_heads, 0..seq, half..rot]);
-                let ra = a.clone() * cos.clone() - b.clone() * sin.clone();
-                let rb = a * sin + b * cos;
-                Tensor::cat(vec![ra, rb], 3)
-            }
-        };
-        if rot == d_head {
-            return out;
-        }
-        let pass = x.slice([0..batch, 0..n_heads, 0..seq, rot..d_head]);
-        Tensor::cat(vec![out, pass], 3)
+        fused_rope(
+            x,
+            cos.reshape([n, seq, pairs]),
+            sin.reshape([n, seq, pairs]),
+            layout,
+        )
     }
 }
 

@@ -454,3 +454,54 @@ fn empty_batches_keep_the_tables_dtype(device: &Device) {
         }
     }
 }
+
+/// The rope rotates queries and keys with the kernels' fused op on every device (one launch
+/// per call, whether positions are an offset or explicit), and its gradient flows back
+/// through the fused op's own backward.
+mod rope {
+    use burn::prelude::*;
+    use burn_positional::testing::fused_rope_calls;
+    use burn_positional::{RopeConfig, RopeLayout};
+
+    fn one_launch_per_call(device: &Device) {
+        for layout in [RopeLayout::Interleaved, RopeLayout::HalfSplit] {
+            let rope = RopeConfig::new(10)
+                .with_rotary_dims(Some(6))
+                .with_layout(layout)
+                .init(device);
+            let x = Tensor::<4>::random([2, 3, 5, 10], burn::tensor::Distribution::Default, device);
+            let before = fused_rope_calls();
+            let offset = rope.apply(x.clone(), 3);
+            assert_eq!(fused_rope_calls(), before + 1, "apply on {device:?}");
+            let positions = Tensor::<1, Int>::arange(3..8, device).reshape([1, 5]);
+            let explicit = rope.apply_at(x.clone(), positions);
+            assert_eq!(fused_rope_calls(), before + 2, "apply_at on {device:?}");
+            offset.clone().into_data().assert_approx_eq::<f32>(
+                &explicit.into_data(),
+                burn::tensor::Tolerance::absolute(1e-6),
+            );
+            // Partial rotary: the last 4 dimensions pass through.
+            offset
+                .slice([0..2, 0..3, 0..5, 6..10])
+                .into_data()
+                .assert_eq(
+                    &x.clone().slice([0..2, 0..3, 0..5, 6..10]).into_data(),
+                    true,
+                );
+            if device.is_autodiff() {
+                // A rotation keeps lengths, so the gradient of |rotated x|² is 2x.
+                let leaf = x.detach().require_grad();
+                let grads = rope.apply(leaf.clone(), 3).powi_scalar(2).sum().backward();
+                leaf.grad(&grads)
+                    .unwrap()
+                    .into_data()
+                    .assert_approx_eq::<f32>(
+                        &(leaf.clone() * 2.0).into_data(),
+                        burn::tensor::Tolerance::absolute(1e-5),
+                    );
+            }
+        }
+    }
+
+    on_every_device!(one_launch_per_call);
+}
