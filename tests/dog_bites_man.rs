@@ -1,7 +1,7 @@
 //! The main job, end to end: what `cargo run --release --example dog_bites_man` claims, checked
 //! on the library code the example prints (`burn_positional_examples::dog_bites_man`), on flex,
 //! on wgpu (lavapipe where there is no GPU: without an adapter these tests fail, they never
-//! skip) and on ndarray (with the `ndarray` feature, which `cargo test --workspace` turns on
+//! skip) and on ndarray (with the `ndarray` feature, which `cargo test` turns on
 //! through the crates that depend on this one; alone: `cargo test -p burn-positional-examples
 //! --features ndarray --test dog_bites_man`).
 //!

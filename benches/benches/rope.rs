@@ -7,6 +7,8 @@
 //! - `burn`: burn's own `RotaryEncoding::apply` on q and on k (interleaved, op by op);
 //! - `copy_floor`: one read and one write of q and of k (`neg`), the floor for any op that
 //!   reads both and writes both;
+//! - `candle` (flex's group, CPU): candle-nn's `rope` (half-split, its CPU kernel) on q and k
+//!   held as candle tensors, with the same angles;
 //! - `copy_into_mapped` (CPU devices): a host `copy_from_slice` of q's and k's bytes into a
 //!   buffer already mapped (no page faults), on one thread: the floor a fresh CPU output is
 //!   measured against.
@@ -105,6 +107,32 @@ fn rope(c: &mut Criterion) {
                     out
                 })
             });
+            if choice == DeviceChoice::Flex {
+                let cpu = candle_core::Device::Cpu;
+                let to_candle = |t: Tensor<4>| {
+                    let values: Vec<f32> = t.into_data().try_to_vec::<f32>().unwrap();
+                    candle_core::Tensor::from_vec(
+                        values,
+                        (shape[0], shape[1], shape[2], shape[3]),
+                        &cpu,
+                    )
+                    .unwrap()
+                };
+                let (cq, ck) = (to_candle(q.clone()), to_candle(k.clone()));
+                let table = |t: &Tensor<3>| {
+                    let values: Vec<f32> = t.clone().into_data().try_to_vec::<f32>().unwrap();
+                    candle_core::Tensor::from_vec(values, (seq, D_HEAD / 2), &cpu).unwrap()
+                };
+                let (ccos, csin) = (table(&cos), table(&sin));
+                group.bench_function(id("candle"), |b| {
+                    b.iter(|| {
+                        let rotate = |x: &candle_core::Tensor| {
+                            candle_nn::rotary_emb::rope(x, &ccos, &csin).unwrap()
+                        };
+                        (rotate(&cq), rotate(&ck))
+                    })
+                });
+            }
             if choice != DeviceChoice::Wgpu {
                 let src = vec![1.0f32; 2 * batch * HEADS * seq * D_HEAD];
                 let mut dst = vec![0.0f32; src.len()];

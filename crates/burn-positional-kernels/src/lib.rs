@@ -2,6 +2,10 @@
 //! position table (a learned table, or the f64-computed sinusoid cache) and the token-id and
 //! position checks in one pass, for add and concatenate.
 //!
+//! The same extension also carries the fused rotary op ([`fused_rope`], queries or keys rotated
+//! by cached angle tables in one pass, with [`reference_rope`] as its op-by-op twin) and the
+//! tiled attention ([`tiled_attention`]).
+//!
 //! One backend extension with four implementations, all private:
 //!
 //! | backend | feature | implementation |

@@ -1,8 +1,10 @@
-//! The rotary CubeCL kernel (wgpu, CUDA): one unit per rotated pair of a row, and one per
-//! passed-through dimension, reading `x` through its strides and writing a contiguous output.
+//! The rotary CubeCL kernels (wgpu, CUDA). A contiguous `x` takes [`rope_rows_kernel`]: one
+//! unit per vector of `N` half-split pairs (or per interleaved pair), and one per vector of
+//! passed-through dimensions. Any other layout takes [`rope_kernel`], one unit per pair,
+//! reading `x` through its strides. Both write a contiguous output.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
-#![allow(clippy::too_many_arguments)]
+#![allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
 
 use burn::backend::{TensorMetadata, cubecl::dtype_to_storage_type};
 use burn::tensor::Shape;
@@ -73,6 +75,64 @@ fn rope_kernel<F: Float>(
     }
 }
 
+/// The same rotation for a contiguous `x`, `N` lanes per unit: unit `c` of row `row` rotates
+/// the lanes `c * N..` of both halves (`c < pair_vectors`, half-split; interleaved runs with
+/// `N = 1`, one pair per unit) or copies a vector of the passed-through dimensions. The
+/// table row is `s = row % seq` (and the batch `row / (heads * seq)` when there is one table
+/// per batch row).
+#[cube(launch_unchecked)]
+fn rope_rows_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    cos: &Tensor<Vector<F, N>>,
+    sin: &Tensor<Vector<F, N>>,
+    output: &mut Tensor<Vector<F, N>>,
+    rows: u32,
+    units_per_row: u32,
+    row_vectors: u32,
+    heads_seq: u32,
+    seq: u32,
+    pair_vectors: u32,
+    #[comptime] per_batch: bool,
+    #[comptime] half_split: bool,
+    #[comptime] inverse: bool,
+    #[define(F)] _dtype: ElemType,
+) {
+    let units_per_row = units_per_row as usize;
+    if ABSOLUTE_POS >= (rows as usize) * units_per_row {
+        terminate!();
+    }
+    let pair_vectors = pair_vectors as usize;
+    let seq = seq as usize;
+    let row = ABSOLUTE_POS / units_per_row;
+    let c = ABSOLUTE_POS % units_per_row;
+    let base = row * (row_vectors as usize);
+    if c < pair_vectors {
+        let mut table_row = row % seq;
+        if per_batch {
+            table_row += (row / (heads_seq as usize)) * seq;
+        }
+        let angle = table_row * pair_vectors + c;
+        let co = cos[angle];
+        let mut si = sin[angle];
+        if inverse {
+            si = Vector::<F, N>::new(F::new(0.0)) - si;
+        }
+        let mut ia = 2 * c;
+        let mut ib = 2 * c + 1;
+        if half_split {
+            ia = c;
+            ib = c + pair_vectors;
+        }
+        let a = x[base + ia];
+        let b = x[base + ib];
+        output[base + ia] = a * co - b * si;
+        output[base + ib] = a * si + b * co;
+    } else {
+        let d = pair_vectors + c;
+        output[base + d] = x[base + d];
+    }
+}
+
 /// Host side of the launch: checks shapes, allocates the output and launches [`rope_kernel`].
 pub(crate) fn launch(
     x: CubeTensor,
@@ -105,15 +165,59 @@ pub(crate) fn launch(
         dtype,
     );
     let rows = batch * heads * seq;
-    // Each pair is one unit, each passed-through dimension one.
-    let units_per_row = d_head - pairs;
-    let units = rows * units_per_row;
-    if units == 0 {
+    if rows * d_head == 0 {
         return output;
     }
     let u32_of = |v: usize, what: &str| {
         u32::try_from(v).unwrap_or_else(|_| panic!("fused_rope: {what} = {v} exceeds u32"))
     };
+    if x.is_contiguous() {
+        // Half-split pairs read `N` consecutive lanes of each half; interleaved ones one pair.
+        let rot = 2 * pairs;
+        let vector_size = match args.layout {
+            RotaryLayout::HalfSplit => client
+                .io_optimized_vector_sizes(dtype.size())
+                .filter(|&n| pairs % n == 0 && (d_head - rot) % n == 0)
+                .max()
+                .unwrap_or(1),
+            RotaryLayout::Interleaved => 1,
+        };
+        let units_per_row = (d_head - pairs) / vector_size;
+        let units = rows * units_per_row;
+        u32_of(units, "the number of units");
+        let cube_dim = CubeDim::new(&client, units);
+        let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
+        // SAFETY: `x`, `cos`, `sin` and the output are contiguous with the shapes
+        // `check_shapes` accepted, and `N` divides `pairs` and `d_head - 2 * pairs` (so
+        // `d_head`): every unit below `rows * units_per_row` reads and writes inside its own
+        // row of `d_head / N` vectors, and reads the tables at row `s` (or `b * seq + s` when
+        // there is one table per batch row, `cos_rows == batch`) of `pairs / N` vectors.
+        unsafe {
+            rope_rows_kernel::launch_unchecked(
+                &client,
+                cube_count,
+                cube_dim,
+                vector_size,
+                x.into_tensor_arg(),
+                cos.into_tensor_arg(),
+                sin.into_tensor_arg(),
+                output.clone().into_tensor_arg(),
+                u32_of(rows, "batch * heads * seq"),
+                u32_of(units_per_row, "d_head - pairs"),
+                u32_of(d_head / vector_size, "d_head"),
+                u32_of(heads * seq, "heads * seq"),
+                u32_of(seq, "seq"),
+                u32_of(pairs / vector_size, "pairs"),
+                cos_rows > 1,
+                args.layout == RotaryLayout::HalfSplit,
+                args.inverse,
+                dtype_to_storage_type(dtype),
+            );
+        }
+        return output;
+    }
+    let units_per_row = d_head - pairs;
+    let units = rows * units_per_row;
     u32_of(units, "the number of units");
     let cube_dim = CubeDim::new(&client, units);
     let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);

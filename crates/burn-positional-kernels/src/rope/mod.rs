@@ -111,7 +111,7 @@ pub fn fused_rope_calls() -> u64 {
 /// let out = fused_rope(x, cos, sin, RotaryLayout::HalfSplit);
 /// assert_eq!(out.dims(), [2, 4, 3, 8]);
 /// // (1, 1) turned a quarter: (-1, 1).
-/// let first: Vec<f32> = out.slice([0..1, 0..1, 0..1, 0..8]).into_data().to_vec().unwrap();
+/// let first: Vec<f32> = out.slice([0..1, 0..1, 0..1, 0..8]).into_data().try_to_vec::<f32>().unwrap();
 /// assert_eq!(first, [-1.0, -1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0]);
 /// ```
 pub fn fused_rope(x: Tensor<4>, cos: Tensor<3>, sin: Tensor<3>, layout: RotaryLayout) -> Tensor<4> {
