@@ -171,6 +171,12 @@ pub(crate) fn launch(
     let u32_of = |v: usize, what: &str| {
         u32::try_from(v).unwrap_or_else(|_| panic!("fused_rope: {what} = {v} exceeds u32"))
     };
+    // One unit per `units` (bounded by the kernels themselves), as an elementwise launch.
+    let grid = |units: usize| {
+        u32_of(units, "the number of units");
+        let cube_dim = CubeDim::new(&client, units);
+        (calculate_cube_count_elemwise(&client, units, cube_dim), cube_dim)
+    };
     if x.is_contiguous() {
         // Half-split pairs read `N` consecutive lanes of each half; interleaved ones one pair.
         let rot = 2 * pairs;
@@ -183,10 +189,7 @@ pub(crate) fn launch(
             RotaryLayout::Interleaved => 1,
         };
         let units_per_row = (d_head - pairs) / vector_size;
-        let units = rows * units_per_row;
-        u32_of(units, "the number of units");
-        let cube_dim = CubeDim::new(&client, units);
-        let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
+        let (cube_count, cube_dim) = grid(rows * units_per_row);
         // SAFETY: `x`, `cos`, `sin` and the output are contiguous with the shapes
         // `check_shapes` accepted, and `N` divides `pairs` and `d_head - 2 * pairs` (so
         // `d_head`): every unit below `rows * units_per_row` reads and writes inside its own
@@ -217,10 +220,7 @@ pub(crate) fn launch(
         return output;
     }
     let units_per_row = d_head - pairs;
-    let units = rows * units_per_row;
-    u32_of(units, "the number of units");
-    let cube_dim = CubeDim::new(&client, units);
-    let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
+    let (cube_count, cube_dim) = grid(rows * units_per_row);
     // SAFETY: `check_shapes` accepted the shapes: every unit below `rows * units_per_row`
     // reads `x` at `(b, h, s, d)` with `d < d_head` through its own strides, `cos` and `sin`
     // (contiguous `[cos_rows, seq, pairs]`) at `(0 or b, s, c)` with `c < pairs` and
