@@ -175,7 +175,10 @@ pub(crate) fn launch(
     let grid = |units: usize| {
         u32_of(units, "the number of units");
         let cube_dim = CubeDim::new(&client, units);
-        (calculate_cube_count_elemwise(&client, units, cube_dim), cube_dim)
+        (
+            calculate_cube_count_elemwise(&client, units, cube_dim),
+            cube_dim,
+        )
     };
     if x.is_contiguous() {
         // Half-split pairs read `N` consecutive lanes of each half; interleaved ones one pair.
