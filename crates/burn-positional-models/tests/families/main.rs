@@ -14,7 +14,7 @@ macro_rules! on_every_device {
         mod on_wgpu { $( #[test] fn $test() { super::$test(&crate::devices::wgpu()) } )* }
         mod on_ndarray { $( #[test] fn $test() { super::$test(&crate::devices::ndarray()) } )* }
         mod on_flex { $( #[test] fn $test() { super::$test(&crate::devices::flex()) } )* }
-        mod on_wgpu_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::wgpu_autodiff()) } )* }
+        mod on_wgpu_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::wgpu().autodiff()) } )* }
         mod on_ndarray_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::ndarray().autodiff()) } )* }
         mod on_flex_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::flex().autodiff()) } )* }
     };

@@ -18,7 +18,7 @@ macro_rules! on_every_device {
 /// Runs each named `fn(&Device)` on the three autodiff devices.
 macro_rules! on_every_autodiff_device {
     ($($test:ident),* $(,)?) => {
-        mod on_wgpu_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::wgpu_autodiff()) } )* }
+        mod on_wgpu_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::wgpu().autodiff()) } )* }
         mod on_ndarray_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::ndarray().autodiff()) } )* }
         mod on_flex_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::flex().autodiff()) } )* }
     };
@@ -38,20 +38,6 @@ mod devices {
             )
         });
         opened.device
-    }
-
-    /// The wgpu device of the autodiff tests: on lavapipe (a CPU adapter, what CI has) a second
-    /// runtime on the same adapter, so that the plain and autodiff wgpu tests the harness runs
-    /// side by side compile their shaders on two threads; on a GPU the same device as [`wgpu`].
-    pub fn wgpu_autodiff() -> Device {
-        let default = wgpu();
-        let adapter = default.identity().map(|id| id.name).unwrap_or_default();
-        let device = if adapter.starts_with("llvmpipe") {
-            Device::wgpu(burn::tensor::DeviceKind::Cpu)
-        } else {
-            default
-        };
-        device.autodiff()
     }
 
     #[allow(deprecated)]

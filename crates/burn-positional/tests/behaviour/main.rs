@@ -17,7 +17,7 @@ macro_rules! on_every_device {
 /// Runs each named `fn(&Device)` on the three autodiff devices.
 macro_rules! on_every_autodiff_device {
     ($($test:ident),* $(,)?) => {
-        mod on_wgpu_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::wgpu_autodiff()) } )* }
+        mod on_wgpu_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::wgpu().autodiff()) } )* }
         mod on_ndarray_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::ndarray().autodiff()) } )* }
         mod on_flex_autodiff { $( #[test] fn $test() { super::$test(&crate::devices::flex().autodiff()) } )* }
     };
