@@ -14,7 +14,7 @@
 //! The status output is an int tensor: not differentiable.
 
 use burn::backend::{
-    Backend, Scalar, Slice, TensorMetadata,
+    AutodiffBackend, Backend, Scalar, Slice, TensorMetadata,
     autodiff::{
         Autodiff,
         checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
@@ -216,7 +216,7 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
         }
     }
 
-    fn tiled_attention(
+    fn flash_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
@@ -225,8 +225,9 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
         positions: IntTensor<Self>,
         segments: IntTensor<Self>,
         args: TileArgs,
-    ) -> FloatTensor<Self> {
-        let extras = Extras::new(padding, positions, segments, &args);
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        // The log-sum-exp is no graph node: a constant.
+        let placeholder_lse = |lse: FloatTensor<B>| <Self as AutodiffBackend>::from_inner(lse);
         match AttentionBackward
             .prepare::<C>([q.node(), k.node(), v.node(), bias.node()])
             .compute_bound()
@@ -239,38 +240,42 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
                     v.into_primitive(),
                     bias.into_primitive(),
                 );
-                let (output, lse) = attention::forward::<B>(
+                // The inner backend's kernel, keeping one log-sum-exp per query row.
+                let args = TileArgs { lse: true, ..args };
+                let (output, lse) = B::flash_attention(
                     q.clone(),
                     k.clone(),
                     v.clone(),
-                    &bias,
-                    &extras,
-                    &args,
-                    true,
+                    bias.clone(),
+                    padding.clone(),
+                    positions.clone(),
+                    segments.clone(),
+                    args,
                 );
                 let saved = Saved {
                     q,
                     k,
                     v,
                     bias,
-                    extras,
+                    extras: Extras::new(padding, positions, segments, &args),
                     output: output.clone(),
-                    lse: lse.expect("the forward keeps the log-sum-exp when asked"),
+                    lse: lse.clone(),
                     args,
                 };
-                prep.finish(saved, output)
+                (prep.finish(saved, output), placeholder_lse(lse))
             }
             OpsKind::UnTracked(prep) => {
-                let (output, _) = attention::forward::<B>(
+                let (output, lse) = B::flash_attention(
                     q.into_primitive(),
                     k.into_primitive(),
                     v.into_primitive(),
-                    &bias.into_primitive(),
-                    &extras,
-                    &args,
-                    false,
+                    bias.into_primitive(),
+                    padding,
+                    positions,
+                    segments,
+                    args,
                 );
-                prep.finish(output)
+                (prep.finish(output), placeholder_lse(lse))
             }
         }
     }

@@ -14,7 +14,7 @@
     allow(unused_variables)
 )]
 
-use crate::attention::{self, Extras, TileArgs};
+use crate::attention::{self, TileArgs};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use crate::options;
 use crate::options::KernelArgs;
@@ -70,12 +70,14 @@ pub(crate) trait PositionalKernels: Backend {
         reference::fused_embedding::<Self>(tokens, ids, positions, Some(table), &args)
     }
 
-    /// Tiled softmax attention with positions in compact form (see [`crate::attention`]):
+    /// Softmax attention with positions in compact form (see [`crate::attention`]):
     /// `positions` `[1 or batch, seq_q + seq_k]` and `segments` `[batch, seq_q + seq_k]` (queries
     /// then keys) and `padding` `[batch, seq_k]` are read only where `args` says they are given.
-    /// Output `[batch, n_heads, seq_q, d_v]`.
-    #[fusion(default)]
-    fn tiled_attention(
+    /// Outputs: `[batch, n_heads, seq_q, d_v]` and the log-sum-exp of each query row's scores
+    /// `[batch, n_heads, seq_q, 1]` (the dtype's lowest finite value for a row that sees no
+    /// key; zeros from this default body unless `args.lse`).
+    #[fusion(meta = attention::meta)]
+    fn flash_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
@@ -84,9 +86,8 @@ pub(crate) trait PositionalKernels: Backend {
         positions: IntTensor<Self>,
         segments: IntTensor<Self>,
         args: TileArgs,
-    ) -> FloatTensor<Self> {
-        let extras = Extras::new(padding, positions, segments, &args);
-        attention::forward::<Self>(q, k, v, &bias, &extras, &args, false).0
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        attention::default_body::<Self>(q, k, v, bias, padding, positions, segments, args)
     }
 
     /// `x` `[batch, heads, seq, d_head]` rotated by `cos` and `sin` `[1 or batch, seq, pairs]`
@@ -119,7 +120,7 @@ pub(crate) trait PositionalKernels: Backend {
     }
 
     /// See the Cube-enabled twin above.
-    fn tiled_attention(
+    fn flash_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
@@ -128,9 +129,8 @@ pub(crate) trait PositionalKernels: Backend {
         positions: IntTensor<Self>,
         segments: IntTensor<Self>,
         args: TileArgs,
-    ) -> FloatTensor<Self> {
-        let extras = Extras::new(padding, positions, segments, &args);
-        attention::forward::<Self>(q, k, v, &bias, &extras, &args, false).0
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        attention::default_body::<Self>(q, k, v, bias, padding, positions, segments, args)
     }
 
     /// See the Cube-enabled twin above.

@@ -13,13 +13,14 @@ use std::mem::MaybeUninit;
 use burn::backend::{Flex, flex::FlexTensor};
 use burn::backend::{
     TensorMetadata,
-    tensor::{FloatTensor, IntTensor},
+    tensor::{BoolTensor, FloatTensor, IntTensor},
 };
 use burn::tensor::{DType, TensorData};
 use multiversion::multiversion;
 use rayon::prelude::*;
 
 use crate::PositionalKernels;
+use crate::attention::TileArgs;
 use crate::options::{
     Combine, Dims, KernelArgs, STATUS_BAD_ID, STATUS_BAD_POSITION, check_tensors,
 };
@@ -37,7 +38,7 @@ pub(crate) enum Ints<'a> {
 }
 
 impl Ints<'_> {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Self::I32(v) => v.len(),
             Self::I64(v) => v.len(),
@@ -46,7 +47,7 @@ impl Ints<'_> {
     }
 
     #[inline]
-    fn at(&self, i: usize) -> i64 {
+    pub(crate) fn at(&self, i: usize) -> i64 {
         match self {
             Self::I32(v) => i64::from(v[i]),
             Self::I64(v) => v[i],
@@ -253,6 +254,21 @@ macro_rules! host_extension {
             ) -> FloatTensor<Self> {
                 crate::rope::host::run::<Self>(&x, &cos, &sin, &args)
             }
+
+            fn flash_attention(
+                q: FloatTensor<Self>,
+                k: FloatTensor<Self>,
+                v: FloatTensor<Self>,
+                bias: FloatTensor<Self>,
+                padding: BoolTensor<Self>,
+                positions: IntTensor<Self>,
+                segments: IntTensor<Self>,
+                args: TileArgs,
+            ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+                crate::attention::host::run::<Self>(
+                    &q, &k, &v, &bias, &padding, &positions, &segments, &args,
+                )
+            }
         }
     };
 }
@@ -265,6 +281,8 @@ pub(crate) trait HostTensors {
     fn floats(t: &Self::Primitive) -> Cow<'_, [f32]>;
     /// The values, borrowed when they are stored contiguous as i32 or i64.
     fn ints(t: &Self::Primitive) -> Ints<'_>;
+    /// The values of a bool tensor (a copy: masks are small).
+    fn bools(t: &Self::Primitive) -> Vec<bool>;
     /// A primitive holding `data`.
     fn from_data(data: TensorData) -> Self::Primitive;
 }
@@ -288,6 +306,10 @@ impl HostTensors for Flex {
             return Ints::I64(slice);
         }
         Ints::Owned(t.clone().into_data().iter::<i64>().collect())
+    }
+
+    fn bools(t: &FlexTensor) -> Vec<bool> {
+        t.clone().into_data().iter::<bool>().collect()
     }
 
     fn from_data(data: TensorData) -> FlexTensor {
@@ -335,6 +357,13 @@ mod ndarray_io {
             // CPU: the future is ready at once.
             let data = burn::tensor::read_sync(NdArray::int_into_data(t.clone())).unwrap();
             Ints::Owned(data.iter::<i64>().collect())
+        }
+
+        fn bools(t: &NdArrayTensor) -> Vec<bool> {
+            use burn::backend::ops::BoolTensorOps;
+            // CPU: the future is ready at once.
+            let data = burn::tensor::read_sync(NdArray::bool_into_data(t.clone())).unwrap();
+            data.iter::<bool>().collect()
         }
 
         fn from_data(data: TensorData) -> NdArrayTensor {

@@ -58,7 +58,12 @@ pub use api::{
     FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding, max_buffer_bytes,
     reference_embedding, try_fused_embedding,
 };
-pub use attention::{AttendOptions, AttentionBias, AttentionPositions, Window, tiled_attention};
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use attention::flash_attention_calls;
+pub use attention::{
+    AttendOptions, AttentionBias, AttentionPositions, Window, reference_attention, tiled_attention,
+};
 pub(crate) use extension::PositionalKernels;
 pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};
 #[cfg(feature = "testing")]

@@ -20,6 +20,8 @@
 //! The backward is in `pass.rs`; the tile's geometry (which keys, `rel`, bias, mask, the
 //! grouped products) in `tile.rs`.
 
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+pub(crate) mod host;
 mod pass;
 mod tile;
 
@@ -302,24 +304,175 @@ pub fn tiled_attention(
     v: Tensor<4>,
     options: &AttendOptions,
 ) -> Tensor<4> {
+    run(q, k, v, options, true)
+}
+
+/// [`tiled_attention`]'s numbers from burn tensor ops, tile by tile (burn's own `attention` per
+/// tile with the tile's bias and mask built from tensor ops; on an autodiff device, burn's
+/// autodiff through them): the slow twin the kernels are tested against, on any device.
+///
+/// # Shapes
+///
+/// As [`tiled_attention`].
+///
+/// # Panics
+///
+/// As [`tiled_attention`].
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional_kernels::{AttendOptions, AttentionBias, reference_attention, tiled_attention};
+///
+/// let device = Device::flex();
+/// let q = Tensor::<4>::random([1, 2, 9, 8], burn::tensor::Distribution::Default, &device);
+/// let slopes = Tensor::<1>::from_floats([0.5, 0.25], &device);
+/// let options = AttendOptions::new().bias(AttentionBias::Alibi(slopes)).causal(true);
+/// let slow = reference_attention(q.clone(), q.clone(), q.clone(), &options);
+/// let fast = tiled_attention(q.clone(), q.clone(), q, &options);
+/// assert_eq!(fast.dims(), [1, 2, 9, 8]);
+/// assert!(fast.all_close(slow, None, Some(1e-5)));
+/// ```
+pub fn reference_attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    options: &AttendOptions,
+) -> Tensor<4> {
+    run(q, k, v, options, false)
+}
+
+/// `[batch, n_heads, seq_q, d_head]` against `[batch, n_kv_heads, seq_k, d_head | d_v]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sizes {
+    pub batch: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub seq_q: usize,
+    pub seq_k: usize,
+    pub d_head: usize,
+    pub d_v: usize,
+}
+
+thread_local! {
+    static ATTENTION_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times the calling thread has called the attention kernel through
+/// [`tiled_attention`] (one per call, however many tiles). Only with the `testing` feature.
+#[cfg(feature = "testing")]
+pub fn flash_attention_calls() -> u64 {
+    ATTENTION_CALLS.with(std::cell::Cell::get)
+}
+
+/// `[batch, n_heads, seq_q, d_head]`, `[batch, n_kv_heads, seq_k, d_head]` and
+/// `[batch, n_kv_heads, seq_k, d_v]` checked to fit together.
+///
+/// # Panics
+///
+/// With the three shapes, when they do not.
+pub(crate) fn check_sizes(q: &[usize], k: &[usize], v: &[usize]) -> Sizes {
+    let fits = q.len() == 4
+        && k.len() == 4
+        && v.len() == 4
+        && k[0] == q[0]
+        && k[3] == q[3]
+        && v[..3] == k[..3]
+        && k[1] > 0
+        && q[1] % k[1] == 0;
+    assert!(
+        fits,
+        "tiled_attention: q {q:?}, k {k:?} and v {v:?} do not fit together (q [batch, n_heads, \
+         seq_q, d_head], k [batch, n_kv_heads, seq_k, d_head], v [batch, n_kv_heads, seq_k, \
+         d_v], n_heads a multiple of n_kv_heads)"
+    );
+    Sizes {
+        batch: q[0],
+        n_heads: q[1],
+        n_kv_heads: k[1],
+        seq_q: q[2],
+        seq_k: k[2],
+        d_head: q[3],
+        d_v: v[3],
+    }
+}
+
+/// Output metadata of the extension method for the `Fusion` wrapper: the output and the
+/// log-sum-exp, computed on the calling thread (bad shapes panic at the call).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn meta(
+    q: &burn::backend::fusion::custom::TensorSpec,
+    k: &burn::backend::fusion::custom::TensorSpec,
+    v: &burn::backend::fusion::custom::TensorSpec,
+    _bias: &burn::backend::fusion::custom::TensorSpec,
+    _padding: &burn::backend::fusion::custom::TensorSpec,
+    _positions: &burn::backend::fusion::custom::TensorSpec,
+    _segments: &burn::backend::fusion::custom::TensorSpec,
+    _args: &TileArgs,
+) -> (
+    burn::backend::fusion::custom::TensorSpec,
+    burn::backend::fusion::custom::TensorSpec,
+) {
+    use burn::backend::fusion::custom::TensorSpec;
+    use burn::tensor::Shape;
+    let s = check_sizes(
+        &q.shape.dims::<4>(),
+        &k.shape.dims::<4>(),
+        &v.shape.dims::<4>(),
+    );
+    (
+        TensorSpec::new(Shape::new([s.batch, s.n_heads, s.seq_q, s.d_v]), q.dtype),
+        TensorSpec::new(Shape::new([s.batch, s.n_heads, s.seq_q, 1]), q.dtype),
+    )
+}
+
+/// The extension's default body: the tensor-op tiles, the log-sum-exp only when `args.lse`
+/// (else zeros: the caller drops it).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn default_body<B: burn::backend::Backend>(
+    q: burn::backend::tensor::FloatTensor<B>,
+    k: burn::backend::tensor::FloatTensor<B>,
+    v: burn::backend::tensor::FloatTensor<B>,
+    bias: burn::backend::tensor::FloatTensor<B>,
+    padding: burn::backend::tensor::BoolTensor<B>,
+    positions: burn::backend::tensor::IntTensor<B>,
+    segments: burn::backend::tensor::IntTensor<B>,
+    args: TileArgs,
+) -> (
+    burn::backend::tensor::FloatTensor<B>,
+    burn::backend::tensor::FloatTensor<B>,
+) {
+    use burn::backend::TensorMetadata;
+    use burn::tensor::{FloatDType, Shape};
+    let extras = Extras::new(padding, positions, segments, &args);
+    let [batch, n_heads, seq_q, _] = q.shape().dims();
+    let (device, dtype) = (q.device(), FloatDType::from(q.dtype()));
+    let (output, lse) = forward::<B>(q, k, v, &bias, &extras, &args, args.lse);
+    let lse = lse
+        .unwrap_or_else(|| B::float_zeros(Shape::new([batch, n_heads, seq_q, 1]), &device, dtype));
+    (output, lse)
+}
+
+/// The two entry points: the kernel where [`crate::fused_covers`] the device (`fused`), burn
+/// tensor ops otherwise.
+fn run(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    options: &AttendOptions,
+    fused: bool,
+) -> Tensor<4> {
     use burn::backend::Dispatch;
 
-    let [batch, n_heads, seq_q, d_head] = q.dims();
-    let [kb, n_kv_heads, seq_k, kd] = k.dims();
-    let [vb, vh, vs, d_v] = v.dims();
-    assert!(
-        kb == batch
-            && kd == d_head
-            && [vb, vh, vs] == [batch, n_kv_heads, seq_k]
-            && n_kv_heads > 0
-            && n_heads % n_kv_heads == 0,
-        "tiled_attention: q {:?}, k {:?} and v {:?} do not fit together (q [batch, n_heads, \
-         seq_q, d_head], k [batch, n_kv_heads, seq_k, d_head], v [batch, n_kv_heads, seq_k, \
-         d_v], n_heads a multiple of n_kv_heads)",
-        q.dims(),
-        k.dims(),
-        v.dims()
-    );
+    let Sizes {
+        batch,
+        n_heads,
+        seq_q,
+        d_head,
+        seq_k,
+        d_v,
+        ..
+    } = check_sizes(&q.dims(), &k.dims(), &v.dims());
     let device = q.device();
     let dtype = q.dtype();
     if batch == 0 || seq_q == 0 || n_heads == 0 || seq_k == 0 {
@@ -390,24 +543,29 @@ pub fn tiled_attention(
         tile: 1,
         scale: options.scale.unwrap_or(1.0 / (d_head as f64).sqrt()),
         softcap: options.softcap,
+        lse: false,
     };
     args.tile = tile_rows(options.tile_rows, batch, n_heads, seq_k, &args);
-    if crate::fused_covers(&device) {
+    if fused && crate::fused_covers(&device) {
+        ATTENTION_CALLS.with(|calls| calls.set(calls.get() + 1));
         let int = || Tensor::<2, Int>::zeros([1, 1], &device).into_dispatch();
-        Tensor::from_dispatch(<Dispatch as crate::PositionalKernels>::tiled_attention(
-            q.into_dispatch(),
-            k.into_dispatch(),
-            v.into_dispatch(),
-            bias,
-            options
-                .key_padding
-                .clone()
-                .unwrap_or_else(|| Tensor::<2, Bool>::empty([1, 1], &device))
-                .into_dispatch(),
-            positions.map_or_else(int, Tensor::into_dispatch),
-            segments.map_or_else(int, Tensor::into_dispatch),
-            args,
-        ))
+        Tensor::from_dispatch(
+            <Dispatch as crate::PositionalKernels>::flash_attention(
+                q.into_dispatch(),
+                k.into_dispatch(),
+                v.into_dispatch(),
+                bias,
+                options
+                    .key_padding
+                    .clone()
+                    .unwrap_or_else(|| Tensor::<2, Bool>::empty([1, 1], &device))
+                    .into_dispatch(),
+                positions.map_or_else(int, Tensor::into_dispatch),
+                segments.map_or_else(int, Tensor::into_dispatch),
+                args,
+            )
+            .0,
+        )
     } else {
         let extras = Extras {
             positions: positions.map(Tensor::into_dispatch),

@@ -53,6 +53,9 @@ pub(crate) struct TileArgs {
     pub scale: f64,
     /// `c` of `c tanh(s / c)`, if any.
     pub softcap: Option<f64>,
+    /// Whether the caller reads the log-sum-exp output (the autodiff op's forward). The
+    /// kernels always write it; the tensor-op default body computes it only when asked.
+    pub lse: bool,
 }
 
 /// The tensors besides q, k, v that a tile reads: explicit positions, segment ids, padding.
@@ -480,6 +483,7 @@ mod tests {
             tile,
             scale: 1.0,
             softcap: None,
+            lse: false,
         }
     }
 

@@ -1,0 +1,387 @@
+//! The attention kernel (one call per op, the bias and masks computed in its tiles) against its
+//! slow twin, the tensor-op tiles of `reference_attention` (burn's own `attention` per tile,
+//! burn's autodiff through it), on flex, ndarray and wgpu (lavapipe where there is no GPU;
+//! never skipped), with and without autodiff: outputs and gradients for every option of the
+//! entry point (bias none / ALiBi / by distance; causal; windows; key padding; segments;
+//! sequential, offset, rolling and explicit positions, shared or per sequence; grouped heads;
+//! scale; softcap), lengths 1, 7, 63, 65 and 1000, `seq_q != seq_k`, and fully masked rows
+//! (zero, never NaN).
+
+use burn::tensor::{
+    Bool, DType, Device, DeviceKind, Distribution, Int, Tensor, TensorData, Tolerance,
+};
+use burn_positional_kernels::{
+    AttendOptions, AttentionBias, Window, flash_attention_calls, reference_attention,
+    tiled_attention,
+};
+
+#[allow(deprecated)]
+fn devices() -> Vec<Device> {
+    let plain = vec![
+        Device::flex(),
+        Device::ndarray(),
+        Device::wgpu(DeviceKind::DefaultDevice),
+    ];
+    let autodiff: Vec<Device> = plain.iter().map(|d| d.clone().autodiff()).collect();
+    plain.into_iter().chain(autodiff).collect()
+}
+
+const BATCH: usize = 3;
+const HEADS: usize = 4;
+const D: usize = 8;
+
+#[derive(Clone, Copy, Debug)]
+enum Bias {
+    None,
+    Alibi,
+    ByDistance,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Pos {
+    /// Positions from 0 for both.
+    Whole,
+    /// Queries from `seq_k - seq_q` over all `seq_k` keys (a decoding step, a chunk).
+    Offset,
+    /// Queries from 9, keys from 4 (a rolling cache).
+    Rolling,
+    /// Explicit positions per sequence, restarting at a document boundary.
+    Packed,
+    /// Explicit positions shared by the batch, `[1, seq]`.
+    Shared,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    bias: Bias,
+    causal: bool,
+    window: Option<Window>,
+    padded: bool,
+    segments: bool,
+    pos: Pos,
+    kv_heads: usize,
+    scale: Option<f64>,
+    softcap: Option<f64>,
+    seq_q: usize,
+    seq_k: usize,
+}
+
+/// Every option with every other, by a mixed-radix walk over the option values (each value
+/// meets each value of every other option within a few cases), at lengths around the kernels'
+/// blocks (64 keys, 64 stacked query rows), and a few at 1000.
+fn cases() -> Vec<Case> {
+    let biases = [Bias::None, Bias::Alibi, Bias::ByDistance];
+    let windows = [
+        None,
+        Some(Window::hf(3)),
+        Some(Window {
+            before: 2,
+            after: 5,
+        }),
+    ];
+    let positions = [
+        Pos::Whole,
+        Pos::Offset,
+        Pos::Rolling,
+        Pos::Packed,
+        Pos::Shared,
+    ];
+    let mut cases = Vec::new();
+    for (n, seq) in [1, 7, 63, 65].into_iter().enumerate() {
+        for i in 0..15 {
+            let x = i + 7 * n;
+            let pos = positions[x % 5];
+            let (seq_q, seq_k) = match pos {
+                Pos::Offset => (seq, seq + 5 + x % 3),
+                Pos::Rolling => (seq, seq + 5),
+                _ => (seq, seq),
+            };
+            cases.push(Case {
+                bias: biases[x % 3],
+                causal: x % 2 == 0,
+                window: windows[(x / 2) % 3],
+                padded: x % 4 < 2,
+                segments: (x / 3) % 2 == 1,
+                pos,
+                kv_heads: [4, 2, 1][(x / 5) % 3],
+                scale: (x % 7 == 3).then_some(0.7),
+                softcap: (x % 5 == 1).then_some(3.0),
+                seq_q,
+                seq_k,
+            });
+        }
+    }
+    let long = |bias, causal, window, pos, kv_heads| Case {
+        bias,
+        causal,
+        window,
+        padded: true,
+        segments: false,
+        pos,
+        kv_heads,
+        scale: None,
+        softcap: None,
+        seq_q: 1000,
+        seq_k: 1000,
+    };
+    cases.push(long(Bias::Alibi, true, None, Pos::Whole, 2));
+    cases.push(long(
+        Bias::ByDistance,
+        false,
+        Some(Window::symmetric(100)),
+        Pos::Whole,
+        4,
+    ));
+    cases.push(long(Bias::None, true, None, Pos::Packed, 1));
+    cases
+}
+
+fn ints(rows: Vec<Vec<i64>>, device: &Device) -> Tensor<2, Int> {
+    let shape = [rows.len(), rows[0].len()];
+    Tensor::from_data(TensorData::new(rows.concat(), shape), device)
+}
+
+/// Explicit positions: sequence `b` restarts at `seq / (b + 2)` (packed documents).
+fn packed(len: usize, batch: usize) -> Vec<Vec<i64>> {
+    (0..batch)
+        .map(|b| {
+            let cut = len / (b + 2);
+            (0..cut).chain(0..len - cut).map(|p| p as i64).collect()
+        })
+        .collect()
+}
+
+/// The case's options and the bias tensor a gradient can be asked of.
+fn options(case: &Case, device: &Device) -> (AttendOptions, Option<Tensor<2>>, Tensor<1>) {
+    let (seq_q, seq_k) = (case.seq_q, case.seq_k);
+    let mut options = AttendOptions::new().causal(case.causal);
+    match case.pos {
+        Pos::Whole => {}
+        Pos::Offset => options = options.offset(seq_k - seq_q),
+        Pos::Rolling => options = options.sequential(9, 4),
+        Pos::Packed => {
+            options = options.positions(
+                ints(packed(seq_q, BATCH), device),
+                ints(packed(seq_k, BATCH), device),
+            )
+        }
+        Pos::Shared => {
+            let row = |len: usize| vec![(0..len as i64).map(|p| 2 * p + 1).collect::<Vec<_>>()];
+            options = options.positions(ints(row(seq_q), device), ints(row(seq_k), device));
+        }
+    }
+    if let Some(w) = case.window {
+        options = options.window(w);
+    }
+    if case.padded {
+        // Sequence 1 pads its first two keys; sequence 2 every key (its rows see nothing).
+        let mut mask = vec![false; BATCH * seq_k];
+        mask[seq_k..seq_k + 2.min(seq_k)].fill(true);
+        mask[2 * seq_k..].fill(true);
+        options = options.key_padding(Tensor::<2, Bool>::from_data(
+            TensorData::new(mask, [BATCH, seq_k]),
+            device,
+        ));
+    }
+    if case.segments {
+        let ids = |len: usize| {
+            (0..BATCH)
+                .map(|b| (0..len).map(|i| (i >= len / 2 + b) as i64).collect())
+                .collect()
+        };
+        options = options.segments(ints(ids(seq_q), device), ints(ids(seq_k), device));
+    }
+    if let Some(scale) = case.scale {
+        options = options.scale(scale);
+    }
+    if let Some(c) = case.softcap {
+        options = options.softcap(c);
+    }
+    let slopes = Tensor::<1>::from_floats([0.5, 0.25, 0.125, 0.0625], device);
+    let reach = 6;
+    let table = Tensor::<2>::random(
+        [HEADS, 2 * reach + 1],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    );
+    let (options, tracked) = match case.bias {
+        Bias::None => (options, None),
+        Bias::Alibi => (options.bias(AttentionBias::Alibi(slopes.clone())), None),
+        Bias::ByDistance => {
+            let table = table.require_grad_if(device);
+            let bias = AttentionBias::ByDistance {
+                bias: table.clone(),
+                reach,
+            };
+            (options.bias(bias), Some(table))
+        }
+    };
+    (options, tracked, slopes)
+}
+
+trait RequireGradIf {
+    fn require_grad_if(self, device: &Device) -> Self;
+}
+
+impl<const N: usize> RequireGradIf for Tensor<N> {
+    fn require_grad_if(self, device: &Device) -> Self {
+        if device.is_autodiff() {
+            self.require_grad()
+        } else {
+            self
+        }
+    }
+}
+
+fn random(shape: [usize; 4], device: &Device) -> Tensor<4> {
+    Tensor::random(shape, Distribution::Normal(0.0, 1.0), device).require_grad_if(device)
+}
+
+fn close<const N: usize>(got: Tensor<N>, want: Tensor<N>, tolerance: f32, what: &str) {
+    let got = got.into_data();
+    assert!(
+        got.iter::<f32>().all(f32::is_finite),
+        "{what}: NaN or infinity in the kernel's numbers"
+    );
+    let want = want.into_data();
+    let worst = got
+        .iter::<f32>()
+        .zip(want.iter::<f32>())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(worst <= tolerance, "{what}: off by {worst}");
+}
+
+#[test]
+fn kernel_equals_the_slow_twin_outputs_and_gradients() {
+    for device in devices() {
+        device.seed(3);
+        for case in cases() {
+            let what = format!("{device:?} {case:?}");
+            let q = random([BATCH, HEADS, case.seq_q, D], &device);
+            let k = random([BATCH, case.kv_heads, case.seq_k, D], &device);
+            let v = random([BATCH, case.kv_heads, case.seq_k, D], &device);
+            let (options, table, _) = options(&case, &device);
+            let before = flash_attention_calls();
+            let fast = tiled_attention(q.clone(), k.clone(), v.clone(), &options);
+            assert_eq!(
+                flash_attention_calls(),
+                before + 1,
+                "{what}: one kernel call per op"
+            );
+            let slow = reference_attention(q.clone(), k.clone(), v.clone(), &options);
+            assert_eq!(fast.dims(), [BATCH, HEADS, case.seq_q, D], "{what}");
+            if case.padded {
+                // Sequence 2 sees no key: zeros.
+                let empty = fast.clone().slice([2..3]).abs().max().into_scalar::<f32>();
+                assert_eq!(empty, 0.0, "{what}: a row that sees nothing is not zero");
+            }
+            close(fast.clone(), slow.clone(), 1e-4, &what);
+            if !device.is_autodiff() {
+                continue;
+            }
+            // Gradients of <out, w> for a random w: every input, through both paths.
+            let w = Tensor::<4>::random(fast.dims(), Distribution::Normal(0.0, 1.0), &device);
+            let g_fast = (fast * w.clone()).sum().backward();
+            let g_slow = (slow * w).sum().backward();
+            for (name, t) in [("q", &q), ("k", &k), ("v", &v)] {
+                close(
+                    t.grad(&g_fast).unwrap(),
+                    t.grad(&g_slow).unwrap(),
+                    2e-4,
+                    &format!("{what}: d{name}"),
+                );
+            }
+            if let Some(table) = table {
+                close(
+                    table.grad(&g_fast).unwrap(),
+                    table.grad(&g_slow).unwrap(),
+                    5e-4,
+                    &format!("{what}: dbias"),
+                );
+            }
+        }
+    }
+}
+
+/// f16 and bf16 inputs: the kernel computes in f32 and rounds once; the slow twin rounds at
+/// every op. Both within the dtype's precision of the f32 result.
+#[test]
+fn half_precision_follows_f32() {
+    for device in devices() {
+        device.seed(5);
+        let case = Case {
+            bias: Bias::Alibi,
+            causal: true,
+            window: None,
+            padded: true,
+            segments: false,
+            pos: Pos::Whole,
+            kv_heads: 2,
+            scale: None,
+            softcap: None,
+            seq_q: 65,
+            seq_k: 65,
+        };
+        let q = random([BATCH, HEADS, 65, D], &device);
+        let k = random([BATCH, 2, 65, D], &device);
+        let v = random([BATCH, 2, 65, D], &device);
+        let (options, _, _) = options(&case, &device);
+        let exact = tiled_attention(q.clone(), k.clone(), v.clone(), &options);
+        for (dtype, tolerance) in [(DType::F16, 1e-2), (DType::BF16, 6e-2)] {
+            if !device.supports_dtype(dtype) {
+                continue;
+            }
+            let half = tiled_attention(
+                q.clone().cast(dtype),
+                k.clone().cast(dtype),
+                v.clone().cast(dtype),
+                &options,
+            );
+            assert_eq!(half.dtype(), dtype, "{device:?}");
+            close(
+                half.cast(DType::F32),
+                exact.clone(),
+                tolerance,
+                &format!("{device:?} {dtype:?}"),
+            );
+        }
+    }
+}
+
+/// ALiBi's weights from the paper's formula, by hand in f64: with every score zero, query `i`
+/// weighs key `j <= i` by `exp(-m (i - j)) / sum_j' exp(-m (i - j'))`.
+#[test]
+fn alibi_weights_follow_the_formula() {
+    for device in devices() {
+        // One head, scores all zero (q = 0): weights are softmax(-m |rel|), by hand in f64.
+        let (seq, m) = (5, 0.5f64);
+        let q = Tensor::<4>::zeros([1, 1, seq, 2], &device);
+        let k = Tensor::<4>::zeros([1, 1, seq, 2], &device);
+        // v = one-hot of the key index: the output row is the weight row.
+        let v = Tensor::<2>::eye(seq, &device).reshape([1, 1, seq, seq]);
+        let options =
+            AttendOptions::new()
+                .causal(true)
+                .bias(AttentionBias::Alibi(Tensor::from_floats(
+                    [m as f32],
+                    &device,
+                )));
+        let out = tiled_attention(q, k, v, &options);
+        let mut want = Vec::new();
+        for i in 0..seq {
+            let z: f64 = (0..=i).map(|j| (-m * (i - j) as f64).exp()).sum();
+            for j in 0..seq {
+                want.push(if j <= i {
+                    ((-m * (i - j) as f64).exp() / z) as f32
+                } else {
+                    0.0
+                });
+            }
+        }
+        out.into_data().assert_approx_eq::<f32>(
+            &TensorData::new(want, [1, 1, seq, seq]),
+            Tolerance::absolute(1e-6),
+        );
+    }
+}
