@@ -15,7 +15,7 @@
 use burn::backend::{
     cubecl::dtype_to_storage_type,
     ops::IntTensorOps,
-    tensor::{FloatTensor, IntTensor},
+    tensor::{BoolTensor, FloatTensor, IntTensor},
 };
 use burn::tensor::{DType, IntDType, Shape};
 use burn_cubecl::{
@@ -24,6 +24,7 @@ use burn_cubecl::{
 use cubecl::{calculate_cube_count_elemwise, prelude::*};
 
 use crate::PositionalKernels;
+use crate::attention::TileArgs;
 use crate::options::{Combine, KernelArgs, check_tensors};
 use crate::rope::RopeArgs;
 
@@ -273,5 +274,18 @@ impl PositionalKernels for CubeBackend {
         args: RopeArgs,
     ) -> FloatTensor<Self> {
         crate::rope::cube::launch(x, cos, sin, &args)
+    }
+
+    fn flash_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        padding: BoolTensor<Self>,
+        positions: IntTensor<Self>,
+        segments: IntTensor<Self>,
+        args: TileArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        crate::attention::cube::launch(q, k, v, bias, padding, positions, segments, &args)
     }
 }

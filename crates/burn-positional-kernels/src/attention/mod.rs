@@ -20,6 +20,8 @@
 //! The backward is in `pass.rs`; the tile's geometry (which keys, `rel`, bias, mask, the
 //! grouped products) in `tile.rs`.
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 pub(crate) mod host;
 mod pass;

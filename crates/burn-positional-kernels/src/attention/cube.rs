@@ -1,0 +1,411 @@
+//! The attention as one CubeCL kernel (wgpu, CUDA): FlashAttention-2's loop with the bias and
+//! the masks computed inside it.
+//!
+//! A cube takes one tile: `rows` query rows of each of the `group` heads that share one
+//! key/value head of one sequence (`group x rows` units, one query row each), so each key and
+//! value row is read from device memory once per group. The cube walks the keys its rows can
+//! see in blocks of `block` keys, staged in shared memory by all its units; each unit scores
+//! its query against the block (softcap, bias from relative positions, masks), updates its
+//! running maximum and sum, and accumulates `p v` in registers. Only the output and one
+//! log-sum-exp per row are written: no score leaves the cube. Computed in f32 whatever the
+//! storage dtype, as the host kernel.
+
+// Kernel code is CubeCL's Rust subset: one argument per launch value.
+#![allow(clippy::too_many_arguments)]
+
+use burn::backend::{TensorMetadata, cubecl::dtype_to_storage_type};
+use burn::tensor::{DType, Shape};
+use burn_cubecl::{kernel::into_contiguous, ops::numeric::empty_device_dtype, tensor::CubeTensor};
+use cubecl::prelude::*;
+
+use super::check_sizes;
+use super::tile::{BiasKind, TileArgs};
+
+/// A hidden score (WGSL has no infinity literal): `exp(HIDDEN - m)` is 0 for any real `m`.
+const HIDDEN: f32 = -1.0e30;
+/// A running maximum below this has seen no key.
+const UNSEEN: f32 = -1.0e29;
+/// Sequential positions, window sizes and explicit positions stay below this, so that the
+/// kernel's i32 sums of two never overflow.
+const POSITION_LIMIT: usize = 1 << 30;
+
+/// One cube per (query tile, key/value head, sequence) = `(CUBE_POS_X, CUBE_POS_Y,
+/// CUBE_POS_Z)`; unit `u` holds query row `r0 + u % rows` of head `kv_head * group + u / rows`.
+/// `C` is the compute type (f32). Inputs are contiguous.
+#[cube(launch_unchecked)]
+fn flash_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    bias: &Tensor<F>,
+    padding: &Tensor<P>,
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    output: &mut Tensor<F>,
+    lse: &mut Tensor<F>,
+    n_heads: u32,
+    seq_q: u32,
+    seq_k: u32,
+    rows: u32,
+    query_offset: i32,
+    key_offset: i32,
+    before: i32,
+    after: i32,
+    reach: i32,
+    positions_shared: u32,
+    scale: f32,
+    softcap: f32,
+    lowest: f32,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] block: usize,
+    #[comptime] group: usize,
+    #[comptime] alibi: bool,
+    #[comptime] by_distance: bool,
+    #[comptime] causal: bool,
+    #[comptime] window: bool,
+    #[comptime] explicit: bool,
+    #[comptime] segmented: bool,
+    #[comptime] padded: bool,
+    #[comptime] capped: bool,
+    #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
+) {
+    let rows = rows as usize;
+    let seq_q = seq_q as usize;
+    let seq_k = seq_k as usize;
+    let n_heads = n_heads as usize;
+    let tile = CUBE_POS_X as usize;
+    let kv_head = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let n_kv_heads = CUBE_COUNT_Y as usize;
+    let unit = UNIT_POS_X as usize;
+    let units = CUBE_DIM_X as usize;
+    let r0 = tile * rows;
+    let head = kv_head * group + unit / rows;
+    let i = r0 + unit % rows;
+    let valid = i < seq_q;
+    let hidden = C::new(HIDDEN);
+
+    // The query row, scaled, in registers.
+    let mut q_row = Array::<C>::new(d_head);
+    let q_base = ((b * n_heads + head) * seq_q + i) * d_head;
+    #[unroll]
+    for d in 0..d_head {
+        let mut x = C::new(0.0);
+        if valid {
+            x = C::cast_from(q[q_base + d]) * C::cast_from(scale);
+        }
+        q_row[d] = x;
+    }
+    let mut acc = Array::<C>::new(d_v);
+    #[unroll]
+    for d in 0..d_v {
+        acc[d] = C::new(0.0);
+    }
+    let mut m = hidden;
+    let mut l = C::new(0.0);
+
+    // Where the query sits, and its segment.
+    let mut position_row = b;
+    if positions_shared == 1 {
+        position_row = 0;
+    }
+    let positions_base = position_row * (seq_q + seq_k);
+    let mut qp = query_offset + i as i32;
+    if explicit {
+        if valid {
+            qp = i32::cast_from(positions[positions_base + i]);
+        }
+    }
+    let mut q_segment = 0i32;
+    if segmented {
+        if valid {
+            q_segment = i32::cast_from(segments[b * (seq_q + seq_k) + i]);
+        }
+    }
+    let mut slope = C::new(0.0);
+    if alibi {
+        slope = C::cast_from(bias[head]);
+    }
+    let table_base = head * (2 * reach as usize + 1);
+
+    // The keys the tile's rows can see (sequential positions; all with explicit ones).
+    let mut k_lo = 0i32;
+    let mut k_hi = seq_k as i32;
+    if !explicit {
+        let last_row = min(r0 + rows, seq_q) - 1;
+        let first = query_offset + r0 as i32;
+        let last = query_offset + last_row as i32;
+        if causal {
+            k_hi = min(k_hi, last - key_offset + 1);
+        }
+        if window {
+            k_lo = max(k_lo, first - before - key_offset);
+            if !causal {
+                k_hi = min(k_hi, last + after - key_offset + 1);
+            }
+        }
+    }
+    let k_lo = max(k_lo, 0) as usize;
+    let k_hi = max(k_hi, 0) as usize;
+
+    let mut k_s = Shared::<[C]>::new_slice(block * d_head);
+    let mut v_s = Shared::<[C]>::new_slice(block * d_v);
+    let mut scores = Array::<C>::new(block);
+    let kv_base = (b * n_kv_heads + kv_head) * seq_k;
+
+    let mut j0 = k_lo;
+    while j0 < k_hi {
+        let kb = min(block, k_hi - j0);
+        // Stage the block's keys and values (zeros past its end).
+        let mut idx = unit;
+        while idx < block * d_head {
+            let jj = idx / d_head;
+            let mut x = C::new(0.0);
+            if jj < kb {
+                x = C::cast_from(k[(kv_base + j0) * d_head + idx]);
+            }
+            k_s[idx] = x;
+            idx += units;
+        }
+        let mut idx = unit;
+        while idx < block * d_v {
+            let jj = idx / d_v;
+            let mut x = C::new(0.0);
+            if jj < kb {
+                x = C::cast_from(v[(kv_base + j0) * d_v + idx]);
+            }
+            v_s[idx] = x;
+            idx += units;
+        }
+        sync_cube();
+
+        let mut block_max = hidden;
+        for jj in 0..kb {
+            let j = j0 + jj;
+            let mut s = C::new(0.0);
+            #[unroll]
+            for d in 0..d_head {
+                s += q_row[d] * k_s[jj * d_head + d];
+            }
+            if capped {
+                s = C::tanh(s / C::cast_from(softcap)) * C::cast_from(softcap);
+            }
+            let mut kp = key_offset + j as i32;
+            if explicit {
+                kp = i32::cast_from(positions[positions_base + seq_q + j]);
+            }
+            let rel = kp - qp;
+            let mut seen = valid;
+            if causal {
+                seen = seen && rel <= 0;
+            }
+            if window {
+                seen = seen && rel >= -before;
+                if !causal {
+                    seen = seen && rel <= after;
+                }
+            }
+            if segmented {
+                seen =
+                    seen && i32::cast_from(segments[b * (seq_q + seq_k) + seq_q + j]) == q_segment;
+            }
+            if padded {
+                seen = seen && padding[b * seq_k + j] == P::from_int(0);
+            }
+            if alibi {
+                let mut distance = rel;
+                if rel < 0 {
+                    distance = -rel;
+                }
+                s -= slope * C::cast_from(distance);
+            }
+            if by_distance {
+                let at = min(max(rel, -reach), reach) + reach;
+                s += C::cast_from(bias[table_base + at as usize]);
+            }
+            if !seen {
+                s = hidden;
+            }
+            scores[jj] = s;
+            block_max = max(block_max, s);
+        }
+        let m_new = max(m, block_max);
+        if m_new > C::new(UNSEEN) {
+            let correction = C::exp(m - m_new);
+            l *= correction;
+            #[unroll]
+            for d in 0..d_v {
+                acc[d] *= correction;
+            }
+            for jj in 0..kb {
+                let p = C::exp(scores[jj] - m_new);
+                l += p;
+                #[unroll]
+                for d in 0..d_v {
+                    acc[d] += p * v_s[jj * d_v + d];
+                }
+            }
+            m = m_new;
+        }
+        sync_cube();
+        j0 += block;
+    }
+
+    if valid {
+        let row = (b * n_heads + head) * seq_q + i;
+        let mut inv = C::new(0.0);
+        let mut log_sum = C::cast_from(lowest);
+        if l > C::new(0.0) {
+            inv = C::new(1.0) / l;
+            log_sum = m + C::ln(l);
+        }
+        #[unroll]
+        for d in 0..d_v {
+            output[row * d_v + d] = F::cast_from(acc[d] * inv);
+        }
+        lse[row] = F::cast_from(log_sum);
+    }
+}
+
+/// Host side: checks shapes, makes inputs contiguous, allocates the output and the
+/// log-sum-exp and launches [`flash_kernel`] once.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch(
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    bias: CubeTensor,
+    padding: CubeTensor,
+    positions: CubeTensor,
+    segments: CubeTensor,
+    args: &TileArgs,
+) -> (CubeTensor, CubeTensor) {
+    let sizes = check_sizes(
+        &q.shape().dims::<4>(),
+        &k.shape().dims::<4>(),
+        &v.shape().dims::<4>(),
+    );
+    let client = q.client.clone();
+    let dtype = q.dtype;
+    assert!(
+        k.dtype == dtype && v.dtype == dtype && bias.dtype == dtype,
+        "tiled_attention: q, k, v and the bias must share one float dtype, got {:?}, {:?}, {:?} \
+         and {:?}",
+        dtype,
+        k.dtype,
+        v.dtype,
+        bias.dtype
+    );
+    let output = empty_device_dtype(
+        client.clone(),
+        q.device.clone(),
+        Shape::new([sizes.batch, sizes.n_heads, sizes.seq_q, sizes.d_v]),
+        dtype,
+    );
+    let lse = empty_device_dtype(
+        client.clone(),
+        q.device.clone(),
+        Shape::new([sizes.batch, sizes.n_heads, sizes.seq_q, 1]),
+        dtype,
+    );
+    if sizes.batch * sizes.n_heads * sizes.seq_q == 0 {
+        return (output, lse);
+    }
+    assert!(
+        sizes.seq_k > 0,
+        "tiled_attention: the kernel needs at least one key (the entry point returns zeros)"
+    );
+    let limit = |v: usize, what: &str| {
+        assert!(
+            v < POSITION_LIMIT,
+            "tiled_attention: {what} = {v} reaches the kernel's position limit {POSITION_LIMIT}"
+        );
+        v as i32
+    };
+    limit(args.query_offset + sizes.seq_q, "the last query position");
+    limit(args.key_offset + sizes.seq_k, "the last key position");
+    let group = sizes.n_heads / sizes.n_kv_heads;
+    // About 64 units per cube, at least one row per head of the group.
+    let rows = (64 / group).clamp(1, sizes.seq_q);
+    let tiles = sizes.seq_q.div_ceil(rows);
+    // A block of keys and values in shared memory: at most 16 KiB of f32.
+    let block = (4096 / (sizes.d_head + sizes.d_v).max(1)).clamp(4, 64);
+    let window = args.window;
+    let clamp = |w: usize| w.min(POSITION_LIMIT) as i32;
+    let (alibi, by_distance, reach) = match args.kind {
+        BiasKind::None => (false, false, 0),
+        BiasKind::Alibi => (true, false, 0),
+        BiasKind::ByDistance { reach } => (false, true, limit(reach, "the bias's reach")),
+    };
+    let positions_shared = u32::from(args.explicit && positions.shape().dims::<2>()[0] == 1);
+    let lowest = dtype.finfo().map_or(f32::MIN, |f| f.min as f32);
+    let int_type = |t: &CubeTensor| dtype_to_storage_type(t.dtype);
+    let dtypes = [
+        dtype_to_storage_type(dtype),
+        dtype_to_storage_type(DType::F32),
+        int_type(&positions),
+        int_type(&segments),
+        int_type(&padding),
+    ];
+    let u32_of = |v: usize, what: &str| {
+        u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
+    };
+    let cube_count = CubeCount::Static(
+        u32_of(tiles, "the query tiles"),
+        u32_of(sizes.n_kv_heads, "n_kv_heads"),
+        u32_of(sizes.batch, "batch"),
+    );
+    let cube_dim = CubeDim::new_1d(u32_of(group * rows, "the cube's units"));
+    let contiguous = into_contiguous;
+    // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; every
+    // read of q, the output and the log-sum-exp is guarded by `i < seq_q`; k and v are read at
+    // keys `j0 + jj < k_hi <= seq_k` of this cube's (sequence, kv head); the bias at head
+    // `h < n_heads` (slopes) or `h * (2 reach + 1) + [0, 2 reach]` (table); positions at row 0
+    // or `b` of `[1 or batch, seq_q + seq_k]`, segments at row `b` of `[batch, seq_q + seq_k]`
+    // and padding at row `b` of `[batch, seq_k]`, each only when `args` says it is given (the
+    // api checked those shapes); shared memory at `< block * d`.
+    unsafe {
+        flash_kernel::launch_unchecked(
+            &client,
+            cube_count,
+            cube_dim,
+            contiguous(q).into_tensor_arg(),
+            contiguous(k).into_tensor_arg(),
+            contiguous(v).into_tensor_arg(),
+            contiguous(bias).into_tensor_arg(),
+            contiguous(padding).into_tensor_arg(),
+            contiguous(positions).into_tensor_arg(),
+            contiguous(segments).into_tensor_arg(),
+            output.clone().into_tensor_arg(),
+            lse.clone().into_tensor_arg(),
+            u32_of(sizes.n_heads, "n_heads"),
+            u32_of(sizes.seq_q, "seq_q"),
+            u32_of(sizes.seq_k, "seq_k"),
+            u32_of(rows, "rows"),
+            limit(args.query_offset, "the first query position"),
+            limit(args.key_offset, "the first key position"),
+            window.map_or(0, |w| clamp(w.before)),
+            window.map_or(0, |w| clamp(w.after)),
+            reach,
+            positions_shared,
+            args.scale as f32,
+            args.softcap.unwrap_or(1.0) as f32,
+            lowest,
+            sizes.d_head,
+            sizes.d_v,
+            block,
+            group,
+            alibi,
+            by_distance,
+            args.causal,
+            window.is_some(),
+            args.explicit,
+            args.segments,
+            args.padded,
+            args.softcap.is_some(),
+            dtypes,
+        );
+    }
+    (output, lse)
+}
