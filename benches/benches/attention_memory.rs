@@ -8,6 +8,10 @@
 //! another's allocations. Also the wall time of the same step (median of `REPS` more steps,
 //! default 3; `REPS=0` reports the measured step itself), synced inside the timed region.
 //!
+//! A third table (`TABLE=kernel`) times the attention op alone: causal `attend` on q, k, v
+//! `[1, 8, seq, 32]` without a bias, with ALiBi's slopes and with a T5-style table by distance,
+//! beside burn's own `attention` without a bias (no projections on either side).
+//!
 //! A second table (`TABLE=grouped`; both by default, `TABLE=schemes` the first alone) sets
 //! grouped heads against repeating keys and values, a windowed block against the sequence
 //! length, and what a `KvCache` holds after a prefill: 8 key/value heads, 2, and a window.
@@ -16,6 +20,7 @@
 //! cargo bench -p burn-positional-benches --bench attention_memory
 //! BENCH_DEVICES=wgpu REPS=0 cargo bench -p burn-positional-benches --bench attention_memory
 //! TABLE=grouped cargo bench -p burn-positional-benches --bench attention_memory
+//! TABLE=kernel BENCH_DEVICES=flex,wgpu MAX_SEQ=8192 cargo bench -p burn-positional-benches --bench attention_memory
 //! ```
 //!
 //! On wgpu without a GPU (Mesa's lavapipe) the device is the CPU: those figures are
@@ -61,6 +66,15 @@ const GROUPED: [&str; 7] = [
     "cache, window 256",
 ];
 const WINDOW: usize = 256;
+
+/// The third table: the attention op alone (no projections) with each bias in compact form,
+/// beside burn's own `attention` without a bias: causal `attend` on q, k, v `[1, 8, seq, 32]`.
+const KERNEL: [&str; 4] = [
+    "burn attention",
+    "8 kv heads",
+    "8 kv heads, alibi",
+    "8 kv heads, t5",
+];
 
 fn kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
@@ -147,8 +161,28 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
         let d_head = D_MODEL / N_HEADS;
         let n_kv: usize = heads.parse().expect("a head count");
         let mut options = AttendOptions::new().causal(true);
-        if variant == "window 256" {
-            options = options.window(burn_positional::Window::hf(WINDOW));
+        match variant {
+            "window 256" => options = options.window(burn_positional::Window::hf(WINDOW)),
+            "alibi" => {
+                let slopes: Vec<f32> = burn_positional::score_bias::alibi_slopes(N_HEADS)
+                    .into_iter()
+                    .map(|m| m as f32)
+                    .collect();
+                let slopes = Tensor::<1>::from_floats(slopes.as_slice(), &device);
+                options = options.bias(burn_positional::AttentionBias::Alibi(slopes));
+            }
+            "t5" => {
+                // T5's table by clamped distance: 128 each way (its max_distance).
+                let reach = 128;
+                let bias = Tensor::<2>::random(
+                    [N_HEADS, 2 * reach + 1],
+                    Distribution::Normal(0.0, 1.0),
+                    &device,
+                );
+                let bias = if backward { bias.require_grad() } else { bias };
+                options = options.bias(burn_positional::AttentionBias::ByDistance { bias, reach });
+            }
+            _ => {}
         }
         let normal = |heads: usize| {
             let t = Tensor::<4>::random(
@@ -290,6 +324,7 @@ fn main() {
     let tables: Vec<(&str, &[&str])> = match std::env::var("TABLE").as_deref() {
         Ok("schemes") => vec![("schemes", &SCHEMES[..])],
         Ok("grouped") => vec![("grouped heads and windows", &GROUPED[..])],
+        Ok("kernel") => vec![("the op alone", &KERNEL[..])],
         _ => vec![
             ("schemes", &SCHEMES[..]),
             ("grouped heads and windows", &GROUPED[..]),

@@ -4,8 +4,7 @@
 //! A cube takes one tile: `rows` query rows of each of the `group` heads that share one
 //! key/value head of one sequence (`group x rows` units, one query row each), so each key and
 //! value row is read from device memory once per group. The cube walks the keys its rows can
-//! see in blocks of `block` keys, staged in shared memory by all its units; each unit scores
-//! its query against the block (softcap, bias from relative positions, masks), updates its
+//! see; each unit scores its queries against each key (softcap, bias from relative positions, masks), updates its
 //! running maximum and sum, and accumulates `p v` in registers. Only the output and one
 //! log-sum-exp per row are written: no score leaves the cube. Computed in f32 whatever the
 //! storage dtype, as the host kernel.
@@ -25,13 +24,17 @@ use super::tile::{BiasKind, TileArgs};
 const HIDDEN: f32 = -1.0e30;
 /// A running maximum below this has seen no key.
 const UNSEEN: f32 = -1.0e29;
+/// Keys scored before the online softmax rescales a row (one rescale per block).
+const KEY_BLOCK: usize = 8;
 /// Sequential positions, window sizes and explicit positions stay below this, so that the
 /// kernel's i32 sums of two never overflow.
 const POSITION_LIMIT: usize = 1 << 30;
 
 /// One cube per (query tile, key/value head, sequence) = `(CUBE_POS_X, CUBE_POS_Y,
-/// CUBE_POS_Z)`; unit `u` holds query row `r0 + u % rows` of head `kv_head * group + u / rows`.
-/// `C` is the compute type (f32). Inputs are contiguous.
+/// CUBE_POS_Z)`. The tile holds `rows` query rows of each head of the group; unit `u` holds
+/// `per_unit` consecutive rows of head `kv_head * group + u / (rows / per_unit)`, so each key
+/// and value element it loads serves `per_unit` queries. `C` is the compute type (f32).
+/// Inputs are contiguous.
 #[cube(launch_unchecked)]
 fn flash_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
@@ -58,6 +61,7 @@ fn flash_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     lowest: f32,
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
+    #[comptime] per_unit: usize,
     #[comptime] block: usize,
     #[comptime] group: usize,
     #[comptime] alibi: bool,
@@ -79,49 +83,57 @@ fn flash_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     let b = CUBE_POS_Z as usize;
     let n_kv_heads = CUBE_COUNT_Y as usize;
     let unit = UNIT_POS_X as usize;
-    let units = CUBE_DIM_X as usize;
+    let units_per_head = rows / per_unit;
     let r0 = tile * rows;
-    let head = kv_head * group + unit / rows;
-    let i = r0 + unit % rows;
-    let valid = i < seq_q;
+    let head = kv_head * group + unit / units_per_head;
+    let i0 = r0 + (unit % units_per_head) * per_unit;
     let hidden = C::new(HIDDEN);
 
-    // The query row, scaled, in registers.
-    let mut q_row = Array::<C>::new(d_head);
-    let q_base = ((b * n_heads + head) * seq_q + i) * d_head;
-    #[unroll]
-    for d in 0..d_head {
-        let mut x = C::new(0.0);
-        if valid {
-            x = C::cast_from(q[q_base + d]) * C::cast_from(scale);
-        }
-        q_row[d] = x;
-    }
-    let mut acc = Array::<C>::new(d_v);
-    #[unroll]
-    for d in 0..d_v {
-        acc[d] = C::new(0.0);
-    }
-    let mut m = hidden;
-    let mut l = C::new(0.0);
-
-    // Where the query sits, and its segment.
     let mut position_row = b;
     if positions_shared == 1 {
         position_row = 0;
     }
     let positions_base = position_row * (seq_q + seq_k);
-    let mut qp = query_offset + i as i32;
-    if explicit {
-        if valid {
-            qp = i32::cast_from(positions[positions_base + i]);
+    let segments_base = b * (seq_q + seq_k);
+
+    // The unit's queries, scaled, in registers; where they sit; their segments.
+    let mut q_rows = Array::<C>::new(per_unit * d_head);
+    let mut acc = Array::<C>::new(per_unit * d_v);
+    let mut m = Array::<C>::new(per_unit);
+    let mut l = Array::<C>::new(per_unit);
+    let mut qp = Array::<i32>::new(per_unit);
+    let mut q_segment = Array::<i32>::new(per_unit);
+    #[unroll]
+    for t in 0..per_unit {
+        let i = i0 + t;
+        let valid = i < seq_q;
+        let q_base = ((b * n_heads + head) * seq_q + i) * d_head;
+        #[unroll]
+        for d in 0..d_head {
+            let mut x = C::new(0.0);
+            if valid {
+                x = C::cast_from(q[q_base + d]) * C::cast_from(scale);
+            }
+            q_rows[t * d_head + d] = x;
         }
-    }
-    let mut q_segment = 0i32;
-    if segmented {
-        if valid {
-            q_segment = i32::cast_from(segments[b * (seq_q + seq_k) + i]);
+        #[unroll]
+        for d in 0..d_v {
+            acc[t * d_v + d] = C::new(0.0);
         }
+        m[t] = hidden;
+        l[t] = C::new(0.0);
+        let mut p = query_offset + i as i32;
+        let mut g = 0i32;
+        if valid {
+            if explicit {
+                p = i32::cast_from(positions[positions_base + i]);
+            }
+            if segmented {
+                g = i32::cast_from(segments[segments_base + i]);
+            }
+        }
+        qp[t] = p;
+        q_segment[t] = g;
     }
     let mut slope = C::new(0.0);
     if alibi {
@@ -148,123 +160,143 @@ fn flash_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     }
     let k_lo = max(k_lo, 0) as usize;
     let k_hi = max(k_hi, 0) as usize;
-
-    let mut k_s = Shared::<[C]>::new_slice(block * d_head);
-    let mut v_s = Shared::<[C]>::new_slice(block * d_v);
-    let mut scores = Array::<C>::new(block);
     let kv_base = (b * n_kv_heads + kv_head) * seq_k;
 
+    // Keys in blocks of `block`: scores first, then one rescale per row and block.
+    let mut s = Array::<C>::new(per_unit * block);
     let mut j0 = k_lo;
     while j0 < k_hi {
-        let kb = min(block, k_hi - j0);
-        // Stage the block's keys and values (zeros past its end).
-        let mut idx = unit;
-        while idx < block * d_head {
-            let jj = idx / d_head;
-            let mut x = C::new(0.0);
-            if jj < kb {
-                x = C::cast_from(k[(kv_base + j0) * d_head + idx]);
-            }
-            k_s[idx] = x;
-            idx += units;
-        }
-        let mut idx = unit;
-        while idx < block * d_v {
-            let jj = idx / d_v;
-            let mut x = C::new(0.0);
-            if jj < kb {
-                x = C::cast_from(v[(kv_base + j0) * d_v + idx]);
-            }
-            v_s[idx] = x;
-            idx += units;
-        }
-        sync_cube();
-
-        let mut block_max = hidden;
-        for jj in 0..kb {
-            let j = j0 + jj;
-            let mut s = C::new(0.0);
+        #[unroll]
+        for c in 0..block {
+            let j = j0 + c;
+            let in_range = j < k_hi;
             #[unroll]
-            for d in 0..d_head {
-                s += q_row[d] * k_s[jj * d_head + d];
+            for t in 0..per_unit {
+                s[t * block + c] = C::new(0.0);
             }
-            if capped {
-                s = C::tanh(s / C::cast_from(softcap)) * C::cast_from(softcap);
+            if in_range {
+                #[unroll]
+                for d in 0..d_head {
+                    let kd = C::cast_from(k[(kv_base + j) * d_head + d]);
+                    #[unroll]
+                    for t in 0..per_unit {
+                        s[t * block + c] += q_rows[t * d_head + d] * kd;
+                    }
+                }
             }
             let mut kp = key_offset + j as i32;
-            if explicit {
-                kp = i32::cast_from(positions[positions_base + seq_q + j]);
-            }
-            let rel = kp - qp;
-            let mut seen = valid;
-            if causal {
-                seen = seen && rel <= 0;
-            }
-            if window {
-                seen = seen && rel >= -before;
-                if !causal {
-                    seen = seen && rel <= after;
+            let mut key_seen = in_range;
+            let mut k_segment = 0i32;
+            if in_range {
+                if explicit {
+                    kp = i32::cast_from(positions[positions_base + seq_q + j]);
+                }
+                if padded {
+                    key_seen = padding[b * seq_k + j] == P::from_int(0);
+                }
+                if segmented {
+                    k_segment = i32::cast_from(segments[segments_base + seq_q + j]);
                 }
             }
-            if segmented {
-                seen =
-                    seen && i32::cast_from(segments[b * (seq_q + seq_k) + seq_q + j]) == q_segment;
-            }
-            if padded {
-                seen = seen && padding[b * seq_k + j] == P::from_int(0);
-            }
-            if alibi {
-                let mut distance = rel;
-                if rel < 0 {
-                    distance = -rel;
-                }
-                s -= slope * C::cast_from(distance);
-            }
-            if by_distance {
-                let at = min(max(rel, -reach), reach) + reach;
-                s += C::cast_from(bias[table_base + at as usize]);
-            }
-            if !seen {
-                s = hidden;
-            }
-            scores[jj] = s;
-            block_max = max(block_max, s);
-        }
-        let m_new = max(m, block_max);
-        if m_new > C::new(UNSEEN) {
-            let correction = C::exp(m - m_new);
-            l *= correction;
             #[unroll]
-            for d in 0..d_v {
-                acc[d] *= correction;
+            for t in 0..per_unit {
+                let mut x = s[t * block + c];
+                if capped {
+                    x = C::tanh(x / C::cast_from(softcap)) * C::cast_from(softcap);
+                }
+                let rel = kp - qp[t];
+                let mut seen = key_seen && i0 + t < seq_q;
+                if causal {
+                    seen = seen && rel <= 0;
+                }
+                if window {
+                    seen = seen && rel >= -before;
+                    if !causal {
+                        seen = seen && rel <= after;
+                    }
+                }
+                if segmented {
+                    seen = seen && k_segment == q_segment[t];
+                }
+                if alibi {
+                    let mut distance = rel;
+                    if rel < 0 {
+                        distance = -rel;
+                    }
+                    x -= slope * C::cast_from(distance);
+                }
+                if by_distance {
+                    let at = min(max(rel, -reach), reach) + reach;
+                    x += C::cast_from(bias[table_base + at as usize]);
+                }
+                if !seen {
+                    x = hidden;
+                }
+                s[t * block + c] = x;
             }
-            for jj in 0..kb {
-                let p = C::exp(scores[jj] - m_new);
-                l += p;
+        }
+        // The online softmax: the block's maximum rescales what was summed so far.
+        #[unroll]
+        for t in 0..per_unit {
+            let mut block_max = hidden;
+            #[unroll]
+            for c in 0..block {
+                block_max = max(block_max, s[t * block + c]);
+            }
+            let m_new = max(m[t], block_max);
+            if m_new > C::new(UNSEEN) {
+                let correction = C::exp(m[t] - m_new);
+                l[t] *= correction;
                 #[unroll]
                 for d in 0..d_v {
-                    acc[d] += p * v_s[jj * d_v + d];
+                    acc[t * d_v + d] *= correction;
+                }
+                m[t] = m_new;
+            }
+            #[unroll]
+            for c in 0..block {
+                let mut p = C::new(0.0);
+                if m_new > C::new(UNSEEN) {
+                    p = C::exp(s[t * block + c] - m_new);
+                }
+                l[t] += p;
+                s[t * block + c] = p;
+            }
+        }
+        #[unroll]
+        for c in 0..block {
+            let j = j0 + c;
+            if j < k_hi {
+                #[unroll]
+                for d in 0..d_v {
+                    let vd = C::cast_from(v[(kv_base + j) * d_v + d]);
+                    #[unroll]
+                    for t in 0..per_unit {
+                        acc[t * d_v + d] += s[t * block + c] * vd;
+                    }
                 }
             }
-            m = m_new;
         }
-        sync_cube();
         j0 += block;
     }
 
-    if valid {
-        let row = (b * n_heads + head) * seq_q + i;
-        let mut inv = C::new(0.0);
-        let mut log_sum = C::cast_from(lowest);
-        if l > C::new(0.0) {
-            inv = C::new(1.0) / l;
-            log_sum = m + C::ln(l);
+    #[unroll]
+    for t in 0..per_unit {
+        let i = i0 + t;
+        if i < seq_q {
+            let row = (b * n_heads + head) * seq_q + i;
+            let mut inv = C::new(0.0);
+            let mut log_sum = C::cast_from(lowest);
+            if l[t] > C::new(0.0) {
+                inv = C::new(1.0) / l[t];
+                log_sum = m[t] + C::ln(l[t]);
+            }
+            #[unroll]
+            for d in 0..d_v {
+                output[row * d_v + d] = F::cast_from(acc[t * d_v + d] * inv);
+            }
+            lse[row] = F::cast_from(log_sum);
         }
-        #[unroll]
-        for d in 0..d_v {
-            output[row * d_v + d] = F::cast_from(acc[d] * inv);
-        }
-        lse[row] = F::cast_from(log_sum);
     }
 }
 
@@ -326,11 +358,18 @@ pub(crate) fn launch(
     limit(args.query_offset + sizes.seq_q, "the last query position");
     limit(args.key_offset + sizes.seq_k, "the last key position");
     let group = sizes.n_heads / sizes.n_kv_heads;
-    // About 64 units per cube, at least one row per head of the group.
-    let rows = (64 / group).clamp(1, sizes.seq_q);
+    // Rows per unit: each key and value element loaded serves this many queries (fewer for
+    // wide heads, whose rows take more registers).
+    let per_unit = match sizes.d_head + sizes.d_v {
+        0..=96 => 8,
+        97..=192 => 2,
+        _ => 1,
+    }
+    .min(sizes.seq_q);
+    // About 32 units per cube, at least one per head of the group.
+    let units_per_head = (32 / group).max(1).min(sizes.seq_q.div_ceil(per_unit));
+    let rows = units_per_head * per_unit;
     let tiles = sizes.seq_q.div_ceil(rows);
-    // A block of keys and values in shared memory: at most 16 KiB of f32.
-    let block = (4096 / (sizes.d_head + sizes.d_v).max(1)).clamp(4, 64);
     let window = args.window;
     let clamp = |w: usize| w.min(POSITION_LIMIT) as i32;
     let (alibi, by_distance, reach) = match args.kind {
@@ -356,7 +395,7 @@ pub(crate) fn launch(
         u32_of(sizes.n_kv_heads, "n_kv_heads"),
         u32_of(sizes.batch, "batch"),
     );
-    let cube_dim = CubeDim::new_1d(u32_of(group * rows, "the cube's units"));
+    let cube_dim = CubeDim::new_1d(u32_of(group * units_per_head, "the cube's units"));
     let contiguous = into_contiguous;
     // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; every
     // read of q, the output and the log-sum-exp is guarded by `i < seq_q`; k and v are read at
@@ -394,7 +433,8 @@ pub(crate) fn launch(
             lowest,
             sizes.d_head,
             sizes.d_v,
-            block,
+            per_unit,
+            KEY_BLOCK,
             group,
             alibi,
             by_distance,

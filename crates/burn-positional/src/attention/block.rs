@@ -41,13 +41,13 @@ use crate::score_bias::distance::relative;
 ///
 /// # As models use it
 ///
-/// - [`forward`](SelfAttention::forward) never holds a `seq x seq` tensor of its own: a block
-///   without a bias runs burn's fused [`attention`](burn::tensor::module::attention) (flash
-///   kernels on flex and the Cube backends); a block with its own ALiBi or T5 bias, grouped
-///   heads, a sliding window or packed rows, and every block on an autodiff device, runs
-///   [`attend`](crate::attend) (the bias and masks computed inside tiles of queries; in
+/// - [`forward`](SelfAttention::forward) never holds a `seq x seq` tensor of its own: it runs
+///   [`attend`](crate::attend), one flash kernel per call with the bias and masks computed in
+///   its tiles (CubeCL on wgpu and CUDA, multi-threaded host code on flex and ndarray; in
 ///   training one graph node whose backward recomputes each tile, see
-///   [`SelfAttentionConfig::tile_rows`](crate::SelfAttentionConfig::tile_rows)).
+///   [`SelfAttentionConfig::tile_rows`](crate::SelfAttentionConfig::tile_rows)). On a backend
+///   the kernels do not cover, a block without a bias runs burn's fused
+///   [`attention`](burn::tensor::module::attention) and the others the tensor-op tiles.
 ///   [`forward_weights`](SelfAttention::forward_weights) spells the scores out and returns the
 ///   weights too, for pictures and probes; the two agree to float tolerance. A bias passed in
 ///   from outside (a dense tensor) goes to burn's `attention` with the block's own bias added
@@ -402,10 +402,12 @@ impl SelfAttention {
         });
         // The tiled path (`attend`): positions in compact form inside tiles of queries, never
         // the seq x seq square, in the forward and (one node that recomputes its tiles) in the
-        // backward. Taken for ALiBi and T5, grouped heads, a window, packed rows, for every
-        // scheme on an autodiff device (the alternative there keeps every score for the
-        // backward), and wherever tile_rows is set; not for a dense bias from outside, nor in
-        // training with dropout, which drops attention weights the tiles never hold.
+        // backward. Taken for every scheme where the kernels cover the device (one flash
+        // kernel per call with the bias and masks in its tiles: flex, ndarray, the Cube
+        // backends), and elsewhere for ALiBi and T5, grouped heads, a window, packed rows, on
+        // an autodiff device (the alternative there keeps every score for the backward), and
+        // wherever tile_rows is set; not for a dense bias from outside, nor in training with
+        // dropout, which drops attention weights the tiles never hold.
         let dropout_on_weights = device.is_autodiff() && self.dropout.prob > 0.0;
         let compact_only = n_kv_heads != n_heads
             || self.window.is_some()
@@ -415,6 +417,7 @@ impl SelfAttention {
             && score_bias.is_none()
             && !dropout_on_weights
             && (compact_only
+                || burn_positional_kernels::fused_covers(&device)
                 || self.tile_rows.is_some()
                 || self.score_bias.is_some()
                 || device.is_autodiff());
