@@ -68,7 +68,7 @@ pub mod testing {
     pub use crate::cache::{CACHED_SQUARES, host_table_builds, shape_cache_builds};
     pub use crate::embedding::status::KEPT_STATUSES;
     pub use crate::limits::{GROWN_TABLE_VALUES, MAX_TABLE_VALUES};
-    pub use burn_positional_kernels::{fused_calls, fused_rope_calls};
+    pub use burn_positional_kernels::{flash_attention_calls, fused_calls, fused_rope_calls};
 }
 
 /// Compile-time: every public module can be shared by threads and cloned into workers (burn's

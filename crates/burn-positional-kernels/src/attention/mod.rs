@@ -4,6 +4,12 @@
 //! holds more than one tile's `[batch, n_heads, rows, keys]` scores at a time, so memory grows
 //! with the sequence, not its square, in training too.
 //!
+//! The forward is one kernel call on the backends the kernels cover (`cube.rs`: CubeCL, for
+//! wgpu and CUDA; `host.rs`: flex and ndarray), which compute the same per-score formula below
+//! in registers or in a block of 64 keys; the tensor-op tiles (`pass.rs`, `tile.rs`) are their
+//! slow twin ([`reference_attention`]) and the path of every other backend, and the backward
+//! of all.
+//!
 //! For the tile of query rows `r0..r0 + rows` over the keys it can see:
 //!
 //! ```text
@@ -262,12 +268,15 @@ fn tile_rows(
 /// segments) and key padding, any scale and a softcap. A query that sees no key gets a zero
 /// output (and zero gradients).
 ///
-/// Memory is one tile's scores, `batch x n_heads x tile x keys`, in the forward and in the
-/// backward: on an autodiff device the op is one graph node that keeps its inputs, its output
-/// and one log-sum-exp per query row, and recomputes each tile's probabilities in the backward.
-/// A window with sequential positions gives each tile only the keys it can see, so memory stays
-/// flat in the sequence's length past the window. Without autodiff each tile is one call of
-/// the backend's own `attention`.
+/// Where [`crate::fused_covers`] the device the forward is one kernel call: a CubeCL flash
+/// kernel on wgpu and CUDA, multi-threaded host code with gemm block products on flex and
+/// ndarray; either computes the bias and masks inside its tiles and keeps no score in device
+/// memory (`attention/cube.rs`, `attention/host.rs`). Elsewhere it is the tensor-op tiles of
+/// [`reference_attention`], whose memory is one tile's scores, `batch x n_heads x tile x keys`.
+/// On an autodiff device the op is one graph node that keeps its inputs, its output and one
+/// log-sum-exp per query row (the kernel's), and recomputes each tile's probabilities in the
+/// backward, one tile's scores at a time. With sequential positions a tile visits only the keys
+/// it can see (causal, a window), so a window's cost stays flat in the sequence's length.
 ///
 /// This is the kernels' op: it checks shapes with plain panics. Model code calls
 /// `burn_positional::attend`, which checks everything first and names the fix.
@@ -345,6 +354,16 @@ pub fn reference_attention(
 
 /// `[batch, n_heads, seq_q, d_head]` against `[batch, n_kv_heads, seq_k, d_head | d_v]`.
 #[derive(Clone, Copy, Debug)]
+// Without a kernel backend (the reference path alone) some sizes go unread.
+#[cfg_attr(
+    not(any(
+        feature = "flex",
+        feature = "ndarray",
+        feature = "wgpu",
+        feature = "cuda"
+    )),
+    allow(dead_code)
+)]
 pub(crate) struct Sizes {
     pub batch: usize,
     pub n_heads: usize,

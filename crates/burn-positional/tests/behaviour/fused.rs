@@ -505,3 +505,69 @@ mod rope {
 
     on_every_device!(one_launch_per_call);
 }
+
+/// Every block's attention is one call of the attention kernel on every device the kernels
+/// cover (all the test devices): without positions, with RoPE, ALiBi and T5, causal or not,
+/// with grouped heads, a window, key padding, and while decoding from a cache; in training
+/// too (the kernel's forward, the op's backward).
+mod flash_attention {
+    use burn::prelude::*;
+    use burn_positional::testing::flash_attention_calls;
+    use burn_positional::{AttentionInput, KvCache, SelfAttentionConfig};
+
+    fn one_call_per_forward(device: &Device) {
+        let base = SelfAttentionConfig::new(16, 4);
+        let blocks = [
+            base.clone(),
+            base.clone().with_causal(true).with_rotary(),
+            base.clone().with_causal(true).with_alibi(),
+            base.clone().with_t5(),
+            base.clone()
+                .with_causal(true)
+                .with_rotary()
+                .with_n_kv_heads(Some(2))
+                .with_sliding_window(Some(3)),
+        ];
+        for config in blocks {
+            let block = config.init(device);
+            let x = Tensor::<3>::random([2, 6, 16], burn::tensor::Distribution::Default, device);
+            let before = flash_attention_calls();
+            let out = block.forward(x.clone());
+            assert_eq!(flash_attention_calls(), before + 1, "forward on {device:?}");
+            let padding = Tensor::<2, Bool>::from_data(
+                TensorData::new(
+                    vec![[false; 6], [true, true, false, false, false, false]].concat(),
+                    [2, 6],
+                ),
+                device,
+            );
+            let _ = block.forward_input(AttentionInput::new(x.clone()).key_padding(padding));
+            assert_eq!(flash_attention_calls(), before + 2, "padded on {device:?}");
+            if block.causal {
+                let mut cache = KvCache::new();
+                let _ = block.forward_cache(
+                    AttentionInput::new(x.clone().slice([0..2, 0..5])),
+                    &mut cache,
+                );
+                let _ = block.forward_cache(
+                    AttentionInput::new(x.clone().slice([0..2, 5..6])),
+                    &mut cache,
+                );
+                assert_eq!(
+                    flash_attention_calls(),
+                    before + 4,
+                    "decoding on {device:?}"
+                );
+            }
+            if device.is_autodiff() {
+                let grads = out.sum().backward();
+                assert!(
+                    block.query.weight.grad(&grads).is_some(),
+                    "{device:?}: no gradient"
+                );
+            }
+        }
+    }
+
+    on_every_device!(one_call_per_forward);
+}
