@@ -32,6 +32,16 @@ use super::tile::{BiasKind, TileArgs};
 const HIDDEN: f32 = -1.0e30;
 /// A running maximum below this has seen no key.
 const UNSEEN: f32 = -1.0e29;
+/// Bits of the kernel's `flags`.
+const ALIBI: u32 = 1;
+const BY_DISTANCE: u32 = 2;
+const CAUSAL: u32 = 4;
+const WINDOW: u32 = 8;
+const EXPLICIT: u32 = 16;
+const SEGMENTED: u32 = 32;
+const PADDED: u32 = 64;
+const CAPPED: u32 = 128;
+
 /// Keys scored before the online softmax rescales a row (one rescale per block).
 const KEY_BLOCK: usize = 8;
 /// Sequential positions, window sizes and explicit positions stay below this, so that the
@@ -71,17 +81,20 @@ fn flash_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     #[comptime] d_v: usize,
     #[comptime] per_unit: usize,
     #[comptime] block: usize,
+    flags: u32,
     #[comptime] group: usize,
-    #[comptime] alibi: bool,
-    #[comptime] by_distance: bool,
-    #[comptime] causal: bool,
-    #[comptime] window: bool,
-    #[comptime] explicit: bool,
-    #[comptime] segmented: bool,
-    #[comptime] padded: bool,
-    #[comptime] capped: bool,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
+    // What the score computes: run-time flags (uniform across the launch), so that one
+    // compiled kernel per head width and group serves every option.
+    let alibi = (flags & ALIBI) != 0;
+    let by_distance = (flags & BY_DISTANCE) != 0;
+    let causal = (flags & CAUSAL) != 0;
+    let window = (flags & WINDOW) != 0;
+    let explicit = (flags & EXPLICIT) != 0;
+    let segmented = (flags & SEGMENTED) != 0;
+    let padded = (flags & PADDED) != 0;
+    let capped = (flags & CAPPED) != 0;
     let rows = rows as usize;
     let seq_q = seq_q as usize;
     let seq_k = seq_k as usize;
@@ -368,12 +381,14 @@ pub(crate) fn launch(
     let group = sizes.n_heads / sizes.n_kv_heads;
     // Rows per unit: each key and value element loaded serves this many queries (fewer for
     // wide heads, whose rows take more registers).
+    // A power of two no larger than seq_q: a decoding step (one query) keeps one row per unit,
+    // and there are at most four compiled variants per head width.
     let per_unit = match sizes.d_head + sizes.d_v {
         0..=96 => 8,
         97..=192 => 2,
         _ => 1,
     }
-    .min(sizes.seq_q);
+    .min(1 << sizes.seq_q.ilog2());
     // About 32 units per cube, at least one per head of the group.
     let units_per_head = (32 / group).max(1).min(sizes.seq_q.div_ceil(per_unit));
     let rows = units_per_head * per_unit;
@@ -443,15 +458,20 @@ pub(crate) fn launch(
             sizes.d_v,
             per_unit,
             KEY_BLOCK,
+            [
+                (alibi, ALIBI),
+                (by_distance, BY_DISTANCE),
+                (args.causal, CAUSAL),
+                (window.is_some(), WINDOW),
+                (args.explicit, EXPLICIT),
+                (args.segments, SEGMENTED),
+                (args.padded, PADDED),
+                (args.softcap.is_some(), CAPPED),
+            ]
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .fold(0, |flags, (_, bit)| flags | bit),
             group,
-            alibi,
-            by_distance,
-            args.causal,
-            window.is_some(),
-            args.explicit,
-            args.segments,
-            args.padded,
-            args.softcap.is_some(),
             dtypes,
         );
     }
