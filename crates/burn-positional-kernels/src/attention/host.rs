@@ -488,8 +488,13 @@ fn score_row(
             let width = 2 * reach + 1;
             let table = &inputs.bias[row.head * width..(row.head + 1) * width];
             let r = reach as i64;
-            for (jj, x) in s.iter_mut().enumerate() {
-                *x += table[(rel(jj).clamp(-r, r) + r) as usize];
+            match explicit {
+                None => by_distance_sequential(s, table, rel0, r),
+                Some(_) => {
+                    for (jj, x) in s.iter_mut().enumerate() {
+                        *x += table[(rel(jj).clamp(-r, r) + r) as usize];
+                    }
+                }
             }
         }
     }
@@ -508,6 +513,39 @@ fn softcap(s: &mut [f32], c: f32) {
 fn alibi_sequential(s: &mut [f32], slope: f32, rel0: f32) {
     for (j, x) in s.iter_mut().enumerate() {
         *x -= slope * (rel0 + j as f32).abs();
+    }
+}
+
+/// A bias by clamped distance with sequential positions: key `j` of the block is at distance
+/// `rel0 + j`, so the block reads the table's first entry, then a contiguous run of it, then its
+/// last entry (an add of slices in the middle, not a gather).
+fn by_distance_sequential(s: &mut [f32], table: &[f32], rel0: i64, reach: i64) {
+    let n = s.len() as i64;
+    // Keys before the run (rel < -reach) and the first key past it (rel > reach).
+    let start = (-reach - rel0).clamp(0, n) as usize;
+    let end = (reach + 1 - rel0).clamp(0, n) as usize;
+    let end = end.max(start);
+    let (head, rest) = s.split_at_mut(start);
+    let (run, tail) = rest.split_at_mut(end - start);
+    add_scalar(head, table[0]);
+    add_scalar(tail, table[table.len() - 1]);
+    if !run.is_empty() {
+        let from = (rel0 + start as i64 + reach) as usize;
+        add_slice(run, &table[from..from + run.len()]);
+    }
+}
+
+#[multiversion(targets = "simd")]
+fn add_scalar(s: &mut [f32], c: f32) {
+    for x in s {
+        *x += c;
+    }
+}
+
+#[multiversion(targets = "simd")]
+fn add_slice(s: &mut [f32], t: &[f32]) {
+    for (x, &b) in s.iter_mut().zip(t) {
+        *x += b;
     }
 }
 
