@@ -7,24 +7,14 @@
 //! scale; softcap), lengths 1, 7, 63, 65 and 1000, `seq_q != seq_k`, and fully masked rows
 //! (zero, never NaN).
 
-use burn::tensor::{
-    Bool, DType, Device, DeviceKind, Distribution, Int, Tensor, TensorData, Tolerance,
-};
+use burn::tensor::{Bool, DType, Device, Distribution, Int, Tensor, TensorData, Tolerance};
 use burn_positional_kernels::{
     AttendOptions, AttentionBias, Window, flash_attention_calls, reference_attention,
     tiled_attention,
 };
 
-#[allow(deprecated)]
-fn devices() -> Vec<Device> {
-    let plain = vec![
-        Device::flex(),
-        Device::ndarray(),
-        Device::wgpu(DeviceKind::DefaultDevice),
-    ];
-    let autodiff: Vec<Device> = plain.iter().map(|d| d.clone().autodiff()).collect();
-    plain.into_iter().chain(autodiff).collect()
-}
+mod common;
+use common::devices;
 
 const BATCH: usize = 3;
 const HEADS: usize = 4;

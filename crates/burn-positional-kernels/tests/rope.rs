@@ -4,20 +4,12 @@
 //! shared, strided inputs, and every float dtype the device has. Values by hand from the
 //! formula in f64.
 
-use burn::tensor::{DType, Device, DeviceKind, Distribution, Tensor, TensorData, Tolerance};
+use burn::tensor::{DType, Device, Distribution, Tensor, TensorData, Tolerance};
 use burn_positional_kernels::{RotaryLayout, fused_rope, fused_rope_calls, reference_rope};
 use proptest::prelude::*;
 
-#[allow(deprecated)]
-fn devices() -> Vec<Device> {
-    let plain = vec![
-        Device::flex(),
-        Device::ndarray(),
-        Device::wgpu(DeviceKind::DefaultDevice),
-    ];
-    let autodiff: Vec<Device> = plain.iter().map(|d| d.clone().autodiff()).collect();
-    plain.into_iter().chain(autodiff).collect()
-}
+mod common;
+use common::devices;
 
 /// (batch, heads, seq, d_head, pairs, table rows).
 const SHAPES: [(usize, usize, usize, usize, usize, usize); 6] = [
