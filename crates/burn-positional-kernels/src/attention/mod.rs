@@ -399,7 +399,7 @@ pub(crate) fn check_sizes(q: &[usize], k: &[usize], v: &[usize]) -> Sizes {
         && k[3] == q[3]
         && v[..3] == k[..3]
         && k[1] > 0
-        && q[1] % k[1] == 0;
+        && q[1].is_multiple_of(k[1]);
     assert!(
         fits,
         "tiled_attention: q {q:?}, k {k:?} and v {v:?} do not fit together (q [batch, n_heads, \
