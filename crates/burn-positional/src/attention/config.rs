@@ -54,7 +54,9 @@ pub struct SelfAttentionConfig {
     /// the sequence in training). `None` (the default): tiles of at most 2^22 scores
     /// (`batch x n_heads x rows x keys`, 16 MiB in f32), for ALiBi, T5, grouped heads, a window
     /// and packed rows everywhere and for every scheme on autodiff devices (without autodiff a block without a bias runs burn's
-    /// fused attention, already tiled). `Some(rows)` takes the tiled path on every device and
+    /// fused attention, already tiled). On the devices the kernels cover (flex, ndarray, wgpu,
+    /// CUDA) the forward is one flash kernel call with tiles of its own, so `rows` sets only
+    /// the backward's tiles there. `Some(rows)` takes the tiled path on every device and
     /// for every scheme, except in the two cases that never take it: a score bias passed in
     /// from outside ([`AttentionInput::score_bias`](crate::AttentionInput::score_bias), a
     /// dense tensor), and training with dropout (dropout acts on the attention weights, which
