@@ -90,6 +90,27 @@ pub(crate) fn output_buffer(len: usize) -> Vec<MaybeUninit<f32>> {
     output
 }
 
+/// `data` in `dtype`: as it is when it already has it, else converted.
+pub(crate) fn in_dtype(data: TensorData, dtype: DType) -> TensorData {
+    if data.dtype() == dtype {
+        data
+    } else {
+        data.convert_dtype(dtype)
+    }
+}
+
+/// A buffer whose every element was written, as plain floats.
+///
+/// # Safety
+///
+/// Every element of `v` must be initialized.
+pub(crate) unsafe fn assume_init(v: Vec<MaybeUninit<f32>>) -> Vec<f32> {
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: the caller guarantees every element was written; the buffer keeps its own length
+    // and capacity, and `MaybeUninit<f32>` has the layout of `f32`.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<f32>(), v.len(), v.capacity()) }
+}
+
 /// The fused op on host slices: returns the `[batch, seq, d_out]` output and the `[batch, seq]`
 /// status, both row-major. `dims` comes from [`check_tensors`], which guarantees positive
 /// widths and `d_out = d_token (+ d_position)`, so every column of every row is written.
@@ -405,18 +426,11 @@ where
     };
     let (output, status) =
         fused_embedding_host(dims, &token_values, &ids, &positions, &table_values, args);
-    let output = TensorData::new(output, [dims.batch, dims.seq, dims.d_out]);
-    let output = if float_dtype == DType::F32 {
-        output
-    } else {
-        output.convert_dtype(float_dtype)
-    };
-    let status = TensorData::new(status, [dims.batch, dims.seq]);
-    let status = if int_dtype == DType::I32 {
-        status
-    } else {
-        status.convert_dtype(int_dtype)
-    };
+    let output = in_dtype(
+        TensorData::new(output, [dims.batch, dims.seq, dims.d_out]),
+        float_dtype,
+    );
+    let status = in_dtype(TensorData::new(status, [dims.batch, dims.seq]), int_dtype);
     (B::from_data(output), B::from_data(status))
 }
 

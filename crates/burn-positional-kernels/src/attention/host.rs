@@ -20,13 +20,13 @@
 use std::mem::MaybeUninit;
 
 use burn::backend::TensorMetadata;
-use burn::tensor::{DType, TensorData};
+use burn::tensor::TensorData;
 use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::Sizes;
 use super::tile::{BiasKind, TileArgs};
-use crate::host::{HostTensors, Ints, output_buffer};
+use crate::host::{HostTensors, Ints, assume_init, in_dtype, output_buffer};
 
 /// Keys per block: a block's scores (`group x rows x 64` floats) and its `64 x d_v` values stay
 /// in L1/L2 (flex's own flash kernel uses the same block).
@@ -111,19 +111,15 @@ where
         d_v,
         ..
     } = sizes;
-    let convert = |data: TensorData| {
-        if dtype == DType::F32 {
-            data
-        } else {
-            data.convert_dtype(dtype)
-        }
-    };
     (
-        B::from_data(convert(TensorData::new(
-            output,
-            [batch, n_heads, seq_q, d_v],
-        ))),
-        B::from_data(convert(TensorData::new(lse, [batch, n_heads, seq_q, 1]))),
+        B::from_data(in_dtype(
+            TensorData::new(output, [batch, n_heads, seq_q, d_v]),
+            dtype,
+        )),
+        B::from_data(in_dtype(
+            TensorData::new(lse, [batch, n_heads, seq_q, 1]),
+            dtype,
+        )),
     )
 }
 
@@ -185,12 +181,6 @@ pub(crate) fn attention(
     // SAFETY: the tasks cover every (sequence, head, query row) once, and each writes all `d_v`
     // columns of its output rows and its log-sum-exp; `MaybeUninit<f32>` has f32's layout.
     unsafe { (assume_init(output), assume_init(lse)) }
-}
-
-unsafe fn assume_init(v: Vec<MaybeUninit<f32>>) -> Vec<f32> {
-    let mut v = std::mem::ManuallyDrop::new(v);
-    // SAFETY: the caller guarantees every element was written.
-    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<f32>(), v.len(), v.capacity()) }
 }
 
 /// One task: query rows `r0..r0 + rows` of the `group` heads that share key/value head

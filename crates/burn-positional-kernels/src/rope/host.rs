@@ -5,12 +5,12 @@
 use std::mem::MaybeUninit;
 
 use burn::backend::TensorMetadata;
-use burn::tensor::{DType, TensorData};
+use burn::tensor::TensorData;
 use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::{RopeArgs, RotaryLayout, check_shapes};
-use crate::host::{HostTensors, PARALLEL_FROM, output_buffer};
+use crate::host::{HostTensors, PARALLEL_FROM, assume_init, in_dtype, output_buffer};
 
 /// Rows handed to a rayon task at once (a head is 64 to 256 floats: one row is too little).
 const ROWS_PER_TASK: usize = 64;
@@ -70,24 +70,12 @@ where
                 .for_each(write_block);
         }
     }
-    // SAFETY: every row wrote all of its `d_head` columns (`rot` rotated, the rest copied), so
-    // every element is initialized; the buffer is reinterpreted with its own length and
-    // capacity, and `MaybeUninit<f32>` has the layout of `f32`.
-    let output = unsafe {
-        let mut output = std::mem::ManuallyDrop::new(output);
-        Vec::from_raw_parts(
-            output.as_mut_ptr().cast::<f32>(),
-            output.len(),
-            output.capacity(),
-        )
-    };
-    let data = TensorData::new(output, [batch, heads, seq, d_head]);
-    let data = if dtype == DType::F32 {
-        data
-    } else {
-        data.convert_dtype(dtype)
-    };
-    B::from_data(data)
+    // SAFETY: every row wrote all of its `d_head` columns (`rot` rotated, the rest copied).
+    let output = unsafe { assume_init(output) };
+    B::from_data(in_dtype(
+        TensorData::new(output, [batch, heads, seq, d_head]),
+        dtype,
+    ))
 }
 
 /// Pairs `(x[j], x[j + pairs])`: `out[j] = a cos - b sin`, `out[j + pairs] = a sin + b cos`,
