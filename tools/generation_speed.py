@@ -20,6 +20,18 @@ eos_token_id=None)` and its default cache, float32, `attn_implementation="eager"
 each new token: prefill is the time to the first token (the prompt's forward included),
 decode the time of the others. Peak memory is the process's peak resident set (ru_maxrss).
 Prints one JSON line.
+
+For the GPU kit (`tools/gpu/`, docs/gpu.md), on a machine with CUDA:
+
+    python3 tools/generation_speed.py write DIR --models gpt2,llama-1b --dtypes f32,f16 --device cuda
+    python3 tools/generation_speed.py run DIR/llama-1b-f16 --batch 8 --device cuda
+
+`llama-1b` is Llama-3.2-1B's shape (hidden 2048, 16 layers, 32 heads over 8 key/value heads,
+intermediate 8192, vocabulary 128256, tied embeddings, rope_theta 500000 with llama3 scaling),
+randomly initialised; `--layers N` shrinks any model's depth (the kit's rehearsal on a CPU).
+A folder per model and dtype (`gpt2`, `gpt2-f16`, ...): the weights saved in that dtype, which
+both sides then compute in. On CUDA, `run` synchronizes before each stamp (the streamer's copy
+of each token to the host already waits for it).
 """
 
 import argparse
@@ -34,28 +46,67 @@ import transformers
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 
-def write(root):
-    torch.manual_seed(0)
-    models = {
-        "gpt2": GPT2LMHeadModel(GPT2Config()),
-        "llama": LlamaForCausalLM(
-            LlamaConfig(
-                vocab_size=32000,
-                hidden_size=768,
-                intermediate_size=2048,
-                num_hidden_layers=12,
-                num_attention_heads=12,
-                num_key_value_heads=4,
-                max_position_embeddings=2048,
-                tie_word_embeddings=True,
-            )
-        ),
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def configs(layers):
+    llama = dict(
+        vocab_size=32000,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    )
+    # Llama-3.2-1B's config.json, weights random.
+    llama_1b = dict(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        max_position_embeddings=131072,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        tie_word_embeddings=True,
+        bos_token_id=128000,
+        eos_token_id=128001,
+    )
+    gpt2 = {}
+    if layers:
+        gpt2["n_layer"] = layers
+        llama["num_hidden_layers"] = layers
+        llama_1b["num_hidden_layers"] = layers
+    return {
+        "gpt2": lambda: GPT2LMHeadModel(GPT2Config(**gpt2)),
+        "llama": lambda: LlamaForCausalLM(LlamaConfig(**llama)),
+        "llama-1b": lambda: LlamaForCausalLM(LlamaConfig(**llama_1b)),
     }
-    for name, model in models.items():
-        path = os.path.join(root, name)
-        model.save_pretrained(path)
+
+
+def write(root, models=("gpt2", "llama"), dtypes=("f32",), device="cpu", layers=None):
+    builders = configs(layers)
+    for name in models:
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = builders[name]()
         n = sum(p.numel() for p in model.parameters())
-        print(f"{path}: {n / 1e6:.1f} M parameters")
+        for dtype in dtypes:
+            path = os.path.join(root, name if dtype == "f32" else f"{name}-{dtype}")
+            model.to(DTYPES[dtype]).save_pretrained(path)
+            print(f"{path}: {n / 1e6:.1f} M parameters, {dtype}")
+        del model
 
 
 class Stamps:
@@ -69,19 +120,27 @@ class Stamps:
         if not self.prompt_seen:
             self.prompt_seen = True
             return
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
         self.times.append(time.perf_counter())
 
     def end(self):
         pass
 
 
-def run(path, batch, prompt, new, threads):
+def run(path, batch, prompt, new, threads, device="cpu", dtype=None):
     torch.set_num_threads(threads)
+    if dtype is None:
+        # The dtype the weights were saved in (the folder's config.json).
+        with open(os.path.join(path, "config.json")) as f:
+            config = json.load(f)
+        saved = config.get("dtype") or config.get("torch_dtype")
+        dtype = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(saved, "f32")
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, attn_implementation="eager"
-    ).eval()
+        path, dtype=DTYPES[dtype], attn_implementation="eager"
+    ).to(device).eval()
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, 1000, (batch, prompt), generator=g)
+    ids = torch.randint(3, 1000, (batch, prompt), generator=g).to(device)
     mask = torch.ones_like(ids)
     stamps = Stamps()
     with torch.no_grad():
@@ -97,6 +156,8 @@ def run(path, batch, prompt, new, threads):
             pad_token_id=0,
             streamer=stamps if batch == 1 else None,
         )
+        if device != "cpu":
+            torch.cuda.synchronize()
         total = time.perf_counter() - start
     # The streamer takes one row; for a batch, time the first token with a second call.
     if batch == 1:
@@ -106,11 +167,15 @@ def run(path, batch, prompt, new, threads):
             t = time.perf_counter()
             model.generate(ids, attention_mask=mask, max_new_tokens=1, do_sample=False,
                            eos_token_id=None, pad_token_id=0)
+            if device != "cpu":
+                torch.cuda.synchronize()
             prefill = time.perf_counter() - t
     decode = total - prefill
     assert out.shape[1] == prompt + new
     print(json.dumps({
         "side": "transformers (PyTorch eager)",
+        "device": torch.cuda.get_device_name() if device != "cpu" else "cpu",
+        "dtype": dtype,
         "model": os.path.basename(path.rstrip("/")),
         "batch": batch,
         "prompt": prompt,
@@ -131,17 +196,24 @@ def main():
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write")
     w.add_argument("root")
+    w.add_argument("--models", default="gpt2,llama", help="gpt2, llama, llama-1b")
+    w.add_argument("--dtypes", default="f32", help="f32, f16, bf16")
+    w.add_argument("--device", default="cpu", help="where to initialise: cpu or cuda")
+    w.add_argument("--layers", type=int, default=None, help="override every model's depth")
     r = sub.add_parser("run")
     r.add_argument("path")
     r.add_argument("--batch", type=int, default=1)
     r.add_argument("--prompt", type=int, default=128)
     r.add_argument("--new", type=int, default=128)
     r.add_argument("--threads", type=int, default=2)
+    r.add_argument("--device", default="cpu", help="cpu or cuda")
+    r.add_argument("--dtype", default=None, choices=sorted(DTYPES),
+                   help="compute dtype (default: the dtype the weights were saved in)")
     args = parser.parse_args()
     if args.command == "write":
-        write(args.root)
+        write(args.root, args.models.split(","), args.dtypes.split(","), args.device, args.layers)
     else:
-        run(args.path, args.batch, args.prompt, args.new, args.threads)
+        run(args.path, args.batch, args.prompt, args.new, args.threads, args.device, args.dtype)
 
 
 if __name__ == "__main__":

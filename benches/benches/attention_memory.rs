@@ -12,6 +12,10 @@
 //! `[1, 8, seq, 32]` without a bias, with ALiBi's slopes and with a T5-style table by distance,
 //! beside burn's own `attention` without a bias (no projections on either side).
 //!
+//! `DTYPE=f16` (or `bf16`) stores the op-alone cases' q, k, v and bias in that dtype, and
+//! `--adapter wgpu` prints the adapter a device name opens and whether it is a GPU (the GPU
+//! kit's first check, `tools/gpu/`).
+//!
 //! A second table (`TABLE=grouped`; both by default, `TABLE=schemes` the first alone) sets
 //! grouped heads against repeating keys and values, a windowed block against the sequence
 //! length, and what a `KvCache` holds after a prefill: 8 key/value heads, 2, and a window.
@@ -33,7 +37,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use burn::prelude::*;
-use burn::tensor::Distribution;
+use burn::tensor::{DType, Distribution};
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn_positional::{AttendOptions, AttentionInput, KvCache, SelfAttentionConfig, attend};
@@ -152,6 +156,14 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
         .device;
     let device = if backward { device.autodiff() } else { device };
     device.seed(1);
+    // `DTYPE=f16|bf16` stores q, k, v and the bias of the op-alone cases in that dtype (f32
+    // by default); the kernels compute in f32 whatever the storage.
+    let dtype = match std::env::var("DTYPE").as_deref() {
+        Ok("f16") => DType::F16,
+        Ok("bf16") => DType::BF16,
+        Ok("f32") | Err(_) => DType::F32,
+        Ok(other) => panic!("DTYPE={other}: expected f32, f16 or bf16"),
+    };
     if scheme.starts_with("cache, ") {
         return cache_case(&device, scheme, seq);
     }
@@ -168,7 +180,7 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
                     .into_iter()
                     .map(|m| m as f32)
                     .collect();
-                let slopes = Tensor::<1>::from_floats(slopes.as_slice(), &device);
+                let slopes = Tensor::<1>::from_floats(slopes.as_slice(), &device).cast(dtype);
                 options = options.bias(burn_positional::AttentionBias::Alibi(slopes));
             }
             "t5" => {
@@ -178,7 +190,8 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
                     [N_HEADS, 2 * reach + 1],
                     Distribution::Normal(0.0, 1.0),
                     &device,
-                );
+                )
+                .cast(dtype);
                 let bias = if backward { bias.require_grad() } else { bias };
                 options = options.bias(burn_positional::AttentionBias::ByDistance { bias, reach });
             }
@@ -189,7 +202,8 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
                 [1, heads, seq, d_head],
                 Distribution::Normal(0.0, 1.0),
                 &device,
-            );
+            )
+            .cast(dtype);
             if backward { t.require_grad() } else { t }
         };
         let (q, k, v) = (normal(N_HEADS), normal(n_kv), normal(n_kv));
@@ -214,7 +228,8 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
                 [1, N_HEADS, seq, d_head],
                 Distribution::Normal(0.0, 1.0),
                 &device,
-            );
+            )
+            .cast(dtype);
             if backward { t.require_grad() } else { t }
         };
         let (q, k, v) = (qkv(), qkv(), qkv());
@@ -297,6 +312,13 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    // `--adapter NAME`: open the device and print what it is (the GPU kit's first check).
+    if let Some(at) = args.iter().position(|a| a == "--adapter") {
+        let choice: DeviceChoice = args[at + 1].parse().unwrap_or_else(|e: String| panic!("{e}"));
+        let opened = open(choice).unwrap_or_else(|reason| panic!("{reason}"));
+        println!("{}\t{}", opened.description, opened.is_gpu);
+        return;
+    }
     if let Some(at) = args.iter().position(|a| a == "--case") {
         let [device, scheme, seq, backward] = [1, 2, 3, 4].map(|i| args[at + i].clone());
         case(

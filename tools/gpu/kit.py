@@ -1,0 +1,596 @@
+#!/usr/bin/env python3
+"""The GPU kit's run: everything a lent GPU measures, in one command, from binaries built here.
+
+On the GPU machine (from the repository root, with `gpu-kit/` carried; docs/gpu.md):
+
+    bash tools/gpu/run                       # the whole kit, about 8 minutes on an H100
+
+Here, the rehearsal on lavapipe (the same binaries, smaller sizes, the adapter check relaxed):
+
+    bash tools/gpu/run --allow-cpu-adapter --quick --out /tmp/gpu-rehearsal
+
+Parts, in order (`--only` and `--skip` take their names, comma-separated): `setup` (unpack,
+Vulkan loader, `nvidia-smi`), `adapter` (what wgpu opened; a CPU adapter such as llvmpipe
+fails the run unless `--allow-cpu-adapter`), `tests` (the layer's behaviour, the kernels'
+flash, rope and fused tests, the model families: whole test binaries, every device they name),
+`embedding` and `rope` (criterion benches on wgpu beside a copy of the same bytes and burn's
+own modules), `attention` (the op alone, each bias, each kernel variant, beside burn's
+`attention`, forward and forward plus backward, with device memory), `dog_bites_man` (the demo
+on wgpu and on flex: the verdicts must agree), `generation` (greedy tokens per second of a
+GPT-2 124M and a Llama-3.2-1B-shaped random checkpoint in f32 and f16 against PyTorch eager).
+
+Each part is timed; a failing part is recorded and the run goes on. The report
+(`gpu-report.md`), the raw numbers (`gpu-report.json`) and every log (`logs.tar.gz`) are
+written to `--out` (default `$OUT`) after every part, so a run cut short still returns what it
+measured. Standard library only: the GPU machine has Python but no network.
+"""
+
+import argparse
+import contextlib
+import glob
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PARTS = ["setup", "adapter", "tests", "embedding", "rope", "attention", "dog_bites_man", "generation"]
+
+# The test binaries and the package folder each runs in (their fixtures are found from there).
+TESTS = [
+    ("test-behaviour", "crates/burn-positional"),
+    ("test-flash", "crates/burn-positional-kernels"),
+    ("test-rope", "crates/burn-positional-kernels"),
+    ("test-fused_vs_reference", "crates/burn-positional-kernels"),
+    ("test-families", "crates/burn-positional-models"),
+]
+
+
+class Fatal(Exception):
+    """Stops the run (after the report is written): the kit cannot measure what it claims."""
+
+
+class Kit:
+    def __init__(self, args):
+        self.args = args
+        self.out = os.path.abspath(args.out)
+        self.work = os.path.abspath(args.work)
+        self.bin = os.path.join(self.work, "bin")
+        self.logs = os.path.join(self.work, "logs")
+        self.report = {
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "quick": args.quick,
+            "allow_cpu_adapter": args.allow_cpu_adapter,
+            "parts": [],
+        }
+        os.makedirs(self.out, exist_ok=True)
+        os.makedirs(self.logs, exist_ok=True)
+        self.env = dict(os.environ)
+        self.env.setdefault("NODEVICE_SELECT", "1")
+        self.env.setdefault("RUST_BACKTRACE", "1")
+        self.t0 = time.time()
+
+    # ---------------------------------------------------------------- running and recording
+
+    def sh(self, cmd, log, cwd=None, timeout=None, env=None):
+        """Runs `cmd`, its output into `logs/<log>`; returns (returncode or 'timeout', text)."""
+        path = os.path.join(self.logs, log)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        start = time.time()
+        with open(path, "w") as f:
+            f.write(f"$ {' '.join(cmd)}\n")
+            f.flush()
+            try:
+                p = subprocess.run(cmd, cwd=cwd or ROOT, env=env or self.env, stdout=f,
+                                   stderr=subprocess.STDOUT, timeout=timeout)
+                code = p.returncode
+            except subprocess.TimeoutExpired:
+                code = "timeout"
+            f.write(f"\n[exit {code} after {time.time() - start:.1f} s]\n")
+        with open(path, errors="replace") as f:
+            return code, f.read()
+
+    def exe(self, name):
+        path = os.path.join(self.bin, name)
+        if not os.path.exists(path):
+            raise Fatal(f"{name} is not in the kit: rebuild it with `bash tools/gpu/build`")
+        return path
+
+    @contextlib.contextmanager
+    def part(self, name):
+        entry = {"part": name, "status": "ok", "seconds": None, "data": {}}
+        self.report["parts"].append(entry)
+        start = time.time()
+        print(f"\n=== {name} (at {start - self.t0:.0f} s)", flush=True)
+        try:
+            yield entry["data"]
+        except Fatal as e:
+            entry["status"] = f"fatal: {e}"
+            raise
+        except Exception as e:  # a part that breaks is recorded; the next part runs
+            entry["status"] = f"error: {type(e).__name__}: {e}"
+            print(f"!!! {name}: {entry['status']}", flush=True)
+        finally:
+            entry["seconds"] = round(time.time() - start, 1)
+            print(f"=== {name}: {entry['status']} in {entry['seconds']} s", flush=True)
+            self.save()
+
+    def save(self):
+        self.report["elapsed_s"] = round(time.time() - self.t0, 1)
+        with open(os.path.join(self.out, "gpu-report.json"), "w") as f:
+            json.dump(self.report, f, indent=1)
+        with open(os.path.join(self.out, "gpu-report.md"), "w") as f:
+            f.write(markdown(self.report))
+        with tarfile.open(os.path.join(self.out, "logs.tar.gz"), "w:gz") as t:
+            t.add(self.logs, arcname="logs")
+
+    # ---------------------------------------------------------------- the parts
+
+    def setup(self, data):
+        kit = os.path.join(ROOT, "gpu-kit")
+        archive = os.path.join(kit, "bin.tar.xz")
+        if not os.path.exists(archive):
+            raise Fatal(f"{archive} is missing: build the kit here with `bash tools/gpu/build` "
+                        "and carry `gpu-kit`")
+        shutil.rmtree(self.bin, ignore_errors=True)
+        with tarfile.open(archive, "r:xz") as t:
+            t.extractall(self.work, filter="tar") if sys.version_info >= (3, 12) else t.extractall(self.work)
+        data["binaries"] = sorted(os.listdir(self.bin))
+        with open(os.path.join(kit, "build.json")) as f:
+            data["build"] = json.load(f)
+        # The test binaries find their fixtures under the folder they were built in.
+        built = data["build"]["root"]
+        if os.path.realpath(built) != ROOT:
+            if os.path.lexists(built):
+                os.remove(built) if os.path.islink(built) else None
+            if not os.path.exists(built):
+                os.makedirs(os.path.dirname(built), exist_ok=True)
+                os.symlink(ROOT, built)
+                data["linked"] = f"{built} -> {ROOT}"
+            else:
+                raise Fatal(f"{built} (where the kit was built) exists here and is not this "
+                            "checkout: the tests would read another tree's fixtures")
+        # The Vulkan loader, where the machine lacks it (the device README's recipe).
+        ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+        if "libvulkan.so.1" not in ldconfig:
+            debs = glob.glob(os.path.join(kit, "gl", "*.deb"))
+            if not debs:
+                raise Fatal("no libvulkan.so.1 here and no loader packages in gpu-kit/gl")
+            for deb in debs:
+                subprocess.run(["dpkg", "-x", deb, "/"], check=True)
+            subprocess.run(["ldconfig"], check=True)
+            data["vulkan_loader"] = "unpacked from gpu-kit/gl"
+        else:
+            data["vulkan_loader"] = "present"
+        icds = glob.glob("/usr/share/vulkan/icd.d/*.json") + glob.glob("/etc/vulkan/icd.d/*.json")
+        nvidia_icd = "/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json"
+        if not any("nvidia" in i for i in icds) and os.path.exists(nvidia_icd):
+            self.env["VK_DRIVER_FILES"] = nvidia_icd
+            egl = "/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json"
+            if os.path.exists(egl):
+                self.env["__EGL_VENDOR_LIBRARY_FILENAMES"] = egl
+            data["vulkan_icd"] = nvidia_icd
+        else:
+            data["vulkan_icd"] = icds
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            code, text = self.sh([smi], "nvidia-smi.log", timeout=60)
+            data["nvidia_smi"] = text
+            code, text = self.sh([smi, "--query-gpu=name,memory.total,driver_version",
+                                  "--format=csv,noheader"], "nvidia-smi-query.log", timeout=60)
+            data["gpu"] = text.splitlines()[1].strip() if code == 0 else None
+            print(text.splitlines()[1] if code == 0 else "nvidia-smi failed")
+        else:
+            data["gpu"] = None
+            print("no nvidia-smi on this machine")
+        data["cpus"] = os.cpu_count()
+
+    def adapter(self, data):
+        code, text = self.sh([self.exe("bench-attention_memory"), "--adapter", "wgpu"],
+                             "adapter.log", timeout=120)
+        line = next((l for l in text.splitlines() if l.startswith("wgpu, adapter:")), None)
+        if code != 0 or line is None:
+            raise Fatal(f"wgpu opened no adapter (exit {code}): see logs/adapter.log")
+        description, is_gpu = line.split("\t")
+        data["wgpu"] = description
+        data["is_gpu"] = is_gpu == "true"
+        self.report["adapter"] = description
+        print(description, "(a GPU)" if data["is_gpu"] else "(runs on the CPU)")
+        cpu_like = any(s in description.lower() for s in ("llvmpipe", "lavapipe", "swiftshader"))
+        if (cpu_like or not data["is_gpu"]) and not self.args.allow_cpu_adapter:
+            raise Fatal(f"wgpu picked {description}, which is the CPU, not the GPU: the "
+                        "NVIDIA Vulkan driver was not found (see setup's vulkan_icd); "
+                        "--allow-cpu-adapter runs the rehearsal on it anyway")
+
+    def tests(self, data):
+        built = self.report["parts"][0]["data"]["build"]["root"]
+        # The kit's burn has wgpu's autotune (the benches want it); the tests' many small
+        # shapes would each time every candidate kernel: the least tuning there.
+        env = dict(self.env, CUBECL_AUTOTUNE_LEVEL="minimal")
+        for name, package in TESTS:
+            start = time.time()
+            code, text = self.sh([self.exe(name)], f"{name}.log", cwd=os.path.join(built, package),
+                                 timeout=self.args.test_timeout, env=env)
+            result = parse_libtest(text)
+            result.update(exit=code, seconds=round(time.time() - start, 1))
+            data[name] = result
+            print(f"{name}: {result['passed']} passed, {result['failed']} failed, "
+                  f"{result['ignored']} ignored, exit {code}, {result['seconds']} s", flush=True)
+            self.save()
+        failing = [n for n, r in data.items() if r["exit"] != 0]
+        if failing:
+            raise RuntimeError(f"failing test binaries: {', '.join(failing)}")
+
+    def criterion(self, bench, filt, log):
+        home = os.path.join(self.work, "criterion", log)
+        shutil.rmtree(home, ignore_errors=True)
+        env = dict(self.env, CRITERION_HOME=home, BENCH_DEVICES="wgpu")
+        warm, measure = ("0.5", "1") if self.args.quick else ("1", "2")
+        code, text = self.sh([self.exe(bench), "--bench", "--noplot", "--warm-up-time", warm,
+                              "--measurement-time", measure, filt], f"{log}.log", env=env,
+                             timeout=self.args.bench_timeout)
+        if code != 0:
+            raise RuntimeError(f"{bench} exited {code}: see logs/{log}.log")
+        return read_criterion(home)
+
+    def embedding(self, data):
+        shape = "b8_s512_d512" if self.args.quick else "b32_s1024_d768"
+        rows = self.criterion("bench-embedding", shape, "embedding")
+        data["rows"] = rows
+        data["summary"] = against_copy(rows, ["fused_learned", "fused_sinusoidal", "burn",
+                                              "two_op", "reference_learned"])
+        for line in data["summary"]:
+            print(line)
+
+    def rope(self, data):
+        rows = self.criterion("bench-rope", "rope/wgpu", "rope")
+        data["rows"] = rows
+        data["summary"] = against_copy(rows, ["fused", "op_by_op", "burn"])
+        for line in data["summary"]:
+            print(line)
+
+    def attention(self, data):
+        quick = self.args.quick
+        short, target, long_, memory = (512, 1024, 2048, 4096) if quick else (2048, 8192, 32768, 131072)
+        schemes = ["8 kv heads", "8 kv heads, alibi", "8 kv heads, t5"]
+        variants = ["registers", "shared"]
+        cases = []  # (dtype, scheme, seq, direction, variant, reps): most wanted first
+        for seq in (target, short):
+            for direction in ("forward", "backward"):
+                cases.append(("f32", "burn attention", seq, direction, None, None))
+                cases += [("f32", s, seq, direction, v, None) for v in variants for s in schemes]
+        for direction in ("forward", "backward"):
+            cases.append(("f16", "burn attention", target, direction, None, None))
+            cases += [("f16", s, target, direction, v, None) for v in variants for s in schemes]
+        cases.append(("f32", "burn attention", long_, "forward", None, None))
+        for direction in ("forward", "backward"):
+            cases += [("f32", s, long_, direction, v, None) for v in variants for s in schemes]
+        # Memory alone at the longest length: one step each (its time includes compiling).
+        cases += [("f32", s, memory, "forward", "auto", 0) for s in schemes]
+        cases += [("f32", s, memory, "backward", "auto", 0) for s in schemes]
+        deadline = time.time() + self.args.attention_budget
+        results = []
+        for dtype, scheme, seq, direction, variant, reps in cases:
+            row = {"dtype": dtype, "scheme": scheme, "seq": seq, "direction": direction,
+                   "variant": variant}
+            results.append(row)
+            if time.time() > deadline:
+                row["status"] = "not run (the part's time budget is spent)"
+                continue
+            env = dict(self.env, DTYPE=dtype, REPS=str(1 if quick and reps is None else (reps if reps is not None else 3)))
+            if variant:
+                env["BURN_POSITIONAL_FLASH"] = variant
+            tag = f"{dtype}-{scheme}-{seq}-{direction}-{variant}".replace(" ", "_").replace(",", "")
+            code, text = self.sh([self.exe("bench-attention_memory"), "--case", "wgpu", scheme,
+                                  str(seq), direction], f"attention/{tag}.log", env=env,
+                                 timeout=self.args.case_timeout)
+            # The child prints `host_mib ms device_mib` on a line of its own.
+            numbers = [l.split() for l in text.splitlines()
+                       if re.fullmatch(r"\d+ [\d.e+-]+ \d+", l.strip())]
+            if code == 0 and numbers:
+                _, ms, device_mib = numbers[-1]
+                row.update(status="ok", ms=round(float(ms), 2), device_mib=int(device_mib))
+            else:
+                row["status"] = f"failed (exit {code}): {panic_line(text)}"
+            print(f"{dtype} {direction} {scheme} [{variant}] {seq}: "
+                  f"{row.get('ms', '-')} ms, {row.get('device_mib', '-')} MiB {row['status'] if row['status'] != 'ok' else ''}",
+                  flush=True)
+        data["cases"] = results
+        data["lengths"] = [short, target, long_, memory]
+        data["ratios"] = attention_ratios(results, target)
+
+    def dog_bites_man(self, data):
+        steps = ["--steps", "30"] if self.args.quick else []
+        verdicts = {}
+        for device in ("wgpu", "flex"):
+            code, text = self.sh([self.exe("example-dog_bites_man"), "--device", device, "--out",
+                                  os.path.join(self.work, f"dbm-{device}")] + steps,
+                                 f"dog_bites_man-{device}.log", timeout=300)
+            if code != 0:
+                raise RuntimeError(f"dog_bites_man --device {device} exited {code}")
+            verdicts[device] = parse_dog_bites_man(text)
+            data[device] = verdicts[device]
+            data[f"{device}_output"] = text
+        same = {s: verdicts["wgpu"][s]["verdict"] == verdicts["flex"][s]["verdict"]
+                for s in verdicts["flex"]}
+        data["verdicts_agree"] = all(same.values()) and set(verdicts["wgpu"]) == set(verdicts["flex"])
+        print("verdicts agree" if data["verdicts_agree"] else f"verdicts differ: {same}")
+        if not data["verdicts_agree"]:
+            raise RuntimeError("the wgpu verdicts differ from flex's")
+
+    def generation(self, data):
+        quick = self.args.quick
+        torch_device = self.args.torch_device
+        ckpt = os.path.join(self.work, "checkpoints")
+        write = ["python3", os.path.join(ROOT, "tools", "generation_speed.py"), "write", ckpt,
+                 "--models", "gpt2,llama-1b", "--dtypes", "f32,f16", "--device", torch_device]
+        if quick:
+            write += ["--layers", "2"]
+        if not os.path.exists(os.path.join(ckpt, "llama-1b-f16", "config.json")):
+            code, text = self.sh(write, "generation-write.log", timeout=600)
+            if code != 0:
+                raise RuntimeError(f"writing the checkpoints failed: {panic_line(text)}")
+        prompt, new = ("16", "8") if quick else ("128", "128")
+        deadline = time.time() + self.args.generation_budget
+        rows = []
+        for model in ("gpt2-f16", "llama-1b-f16", "gpt2", "llama-1b"):
+            for batch in ("1", "8"):
+                for side in ("ours", "pytorch"):
+                    row = {"model": model, "batch": int(batch), "side": side}
+                    rows.append(row)
+                    if time.time() > deadline:
+                        row["status"] = "not run (the part's time budget is spent)"
+                        continue
+                    path = os.path.join(ckpt, model)
+                    if side == "ours":
+                        cmd = [self.exe("example-generation_speed"), path, "--batch", batch,
+                               "--prompt", prompt, "--new", new, "--device", "wgpu"]
+                    else:
+                        cmd = ["python3", os.path.join(ROOT, "tools", "generation_speed.py"), "run",
+                               path, "--batch", batch, "--prompt", prompt, "--new", new,
+                               "--device", torch_device, "--threads", str(os.cpu_count())]
+                    code, text = self.sh(cmd, f"generation/{model}-{batch}-{side}.log",
+                                         timeout=self.args.case_timeout * 3)
+                    line = next((l for l in text.splitlines() if l.startswith("{")), None)
+                    if code == 0 and line:
+                        row.update(json.loads(line), status="ok")
+                    else:
+                        row["status"] = f"failed (exit {code}): {panic_line(text)}"
+                    print(f"{side} {model} batch {batch}: decode "
+                          f"{row.get('decode_tokens_per_s', '-')} tok/s, prefill "
+                          f"{row.get('prefill_tokens_per_s', '-')} tok/s {'' if row['status'] == 'ok' else row['status']}",
+                          flush=True)
+                    self.save()
+        data["rows"] = rows
+        data["prompt"], data["new"] = int(prompt), int(new)
+
+
+# -------------------------------------------------------------------- parsing
+
+
+def panic_line(text):
+    lines = text.splitlines()
+    for i, l in enumerate(lines):
+        if "panicked at" in l and i + 1 < len(lines):
+            return lines[i + 1].strip()[:300]
+    for l in reversed(lines):
+        if "Error" in l or "error" in l:
+            return l.strip()[:300]
+    return (lines[-2] if len(lines) > 1 else "no output")[:300]
+
+
+def parse_libtest(text):
+    result = {"passed": 0, "failed": 0, "ignored": 0, "failures": []}
+    for m in re.finditer(r"test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored", text):
+        result["passed"] += int(m.group(1))
+        result["failed"] += int(m.group(2))
+        result["ignored"] += int(m.group(3))
+    result["failures"] = re.findall(r"^test (\S+) \.\.\. FAILED", text, re.M)
+    result["panics"] = [panic_line(chunk) for chunk in text.split("---- ")[1:]][:20]
+    return result
+
+
+def read_criterion(home):
+    rows = []
+    for bench in glob.glob(os.path.join(home, "**", "new", "benchmark.json"), recursive=True):
+        with open(bench) as f:
+            meta = json.load(f)
+        with open(os.path.join(os.path.dirname(bench), "estimates.json")) as f:
+            est = json.load(f)
+        ns = est["median"]["point_estimate"]
+        throughput = meta.get("throughput") or {}
+        nbytes = throughput.get("Bytes") or throughput.get("BytesDecimal")
+        rows.append({
+            "group": meta["group_id"], "function": meta["function_id"], "value": meta["value_str"],
+            "median_ns": ns,
+            "low_ns": est["median"]["confidence_interval"]["lower_bound"],
+            "high_ns": est["median"]["confidence_interval"]["upper_bound"],
+            "bytes": nbytes,
+            "gb_per_s": nbytes / ns if nbytes else None,
+        })
+    rows.sort(key=lambda r: (r["group"], r["value"], r["function"]))
+    return rows
+
+
+def against_copy(rows, functions):
+    """Each function's time against the copy floor of its group and shape: percent of the
+    copy's bandwidth (the same bytes: 100 % is as fast as reading and writing them once)."""
+    lines = []
+    for r in rows:
+        if r["function"] not in functions:
+            continue
+        floor = next((c for c in rows if c["group"] == r["group"] and c["value"] == r["value"]
+                      and c["function"] == "copy_floor"), None)
+        if floor:
+            r["percent_of_copy"] = round(100 * floor["median_ns"] / r["median_ns"], 1)
+        lines.append(f"{r['group']} {r['function']} {r['value']}: {r['median_ns'] / 1e3:.1f} us, "
+                     f"{(r['gb_per_s'] or 0):.0f} GB/s, {r.get('percent_of_copy', '-')} % of the copy")
+    return lines
+
+
+def attention_ratios(cases, seq):
+    """ALiBi's and T5's time against burn's `attention` without a bias, at `seq`, per dtype,
+    direction and variant (the issue's target: at most 1.2)."""
+    ratios = []
+    for dtype in ("f32", "f16"):
+        for direction in ("forward", "backward"):
+            burn = next((c for c in cases if c["scheme"] == "burn attention" and c["seq"] == seq
+                         and c["dtype"] == dtype and c["direction"] == direction
+                         and c.get("status") == "ok"), None)
+            for c in cases:
+                if (c["seq"], c["dtype"], c["direction"]) != (seq, dtype, direction):
+                    continue
+                if c["scheme"] == "burn attention" or c.get("status") != "ok" or not burn:
+                    continue
+                ratios.append({"dtype": dtype, "direction": direction, "scheme": c["scheme"],
+                               "variant": c["variant"], "ratio": round(c["ms"] / burn["ms"], 2)})
+    return ratios
+
+
+def parse_dog_bites_man(text):
+    """Per scheme: the pooled difference (part 1-2), the held-out accuracy (part 3), and the
+    verdict they give: whether the scheme tells the sentences apart, and learns who bites."""
+    table = {}
+    for m in re.finditer(r"^\s+([a-z0-9-]+)\s+\|\s+([\d.]+)\s+\|\s+([\d.]+)\s*$", text, re.M):
+        table.setdefault(m.group(1), {})["pooled_difference"] = float(m.group(3))
+    for m in re.finditer(r"^\s+([a-z0-9-]+)\s+\|\s+([\d.]+) %\s+\|\s+([\d.]+) %\s+\|\s+([\d.]+)\s*$",
+                         text, re.M):
+        entry = table.setdefault(m.group(1), {})
+        entry.update(train=float(m.group(2)), held_out=float(m.group(3)), seconds=float(m.group(4)))
+    for entry in table.values():
+        tells = entry.get("pooled_difference", 0) > 1e-4
+        learns = entry.get("held_out", 0) > 75
+        entry["verdict"] = ("tells them apart" if tells else "blind") + (
+            ", learns who bites" if learns else ", at chance")
+    return table
+
+
+# -------------------------------------------------------------------- the report
+
+
+def markdown(report):
+    parts = {p["part"]: p for p in report["parts"]}
+    setup = parts.get("setup", {}).get("data", {})
+    out = [
+        "# GPU kit report",
+        "",
+        f"Started {report['started']}; {report.get('elapsed_s')} s in all"
+        + (" (rehearsal sizes, `--quick`)" if report["quick"] else "") + ".",
+        f"GPU: {setup.get('gpu') or 'none (no nvidia-smi)'}; wgpu adapter: "
+        f"{report.get('adapter', 'not opened')}; {setup.get('cpus')} CPUs.",
+        f"Built from commit {setup.get('build', {}).get('commit', '?')}.",
+        "",
+        "| part | status | seconds |",
+        "| --- | --- | --- |",
+    ]
+    out += [f"| {p['part']} | {p['status']} | {p['seconds']} |" for p in report["parts"]]
+    if "tests" in parts:
+        out += ["", "## Tests", "", "| binary | passed | failed | ignored | exit | seconds |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for name, r in parts["tests"]["data"].items():
+            out.append(f"| {name} | {r['passed']} | {r['failed']} | {r['ignored']} | {r['exit']} | {r['seconds']} |")
+            for f in r["failures"][:10]:
+                out.append(f"| | failed: `{f}` | | | | |")
+    for name, title in (("embedding", "Fused embedding"), ("rope", "Fused RoPE")):
+        if name in parts and parts[name]["data"].get("rows"):
+            out += ["", f"## {title} (criterion medians; % of copy = the copy floor's time over this one's)",
+                    "", "| group | function | shape | median | GB/s | % of copy |",
+                    "| --- | --- | --- | --- | --- | --- |"]
+            for r in parts[name]["data"]["rows"]:
+                out.append(f"| {r['group']} | {r['function']} | {r['value']} | "
+                           f"{r['median_ns'] / 1e3:.1f} us | {(r['gb_per_s'] or 0):.0f} | "
+                           f"{r.get('percent_of_copy', '')} |")
+    if "attention" in parts and parts["attention"]["data"].get("cases"):
+        data = parts["attention"]["data"]
+        out += ["", "## Attention, the op alone (causal, q/k/v `[1, 8, seq, 32]`)", "",
+                "Time per step in ms (median of 3; memory rows: one step, compile included) and "
+                "device memory reserved by the step in MiB.", "",
+                "| dtype | direction | scheme | variant | seq | ms | MiB | status |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for c in data["cases"]:
+            out.append(f"| {c['dtype']} | {c['direction']} | {c['scheme']} | {c['variant'] or ''} | "
+                       f"{c['seq']} | {c.get('ms', '')} | {c.get('device_mib', '')} | "
+                       f"{'' if c.get('status') == 'ok' else c.get('status', '')} |")
+        out += ["", f"Against burn's `attention` without a bias at {data['lengths'][1]} (target: at most 1.2):",
+                "", "| dtype | direction | scheme | variant | ratio |", "| --- | --- | --- | --- | --- |"]
+        out += [f"| {r['dtype']} | {r['direction']} | {r['scheme']} | {r['variant']} | {r['ratio']} |"
+                for r in data["ratios"]]
+    if "dog_bites_man" in parts and parts["dog_bites_man"]["data"].get("wgpu"):
+        data = parts["dog_bites_man"]["data"]
+        out += ["", "## dog_bites_man, wgpu against flex", "",
+                f"Verdicts agree: {data.get('verdicts_agree')}.", "",
+                "| scheme | wgpu pooled diff | wgpu held-out | flex pooled diff | flex held-out | wgpu verdict |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for s, w in data["wgpu"].items():
+            f = data.get("flex", {}).get(s, {})
+            out.append(f"| {s} | {w.get('pooled_difference')} | {w.get('held_out')} % | "
+                       f"{f.get('pooled_difference')} | {f.get('held_out')} % | {w['verdict']} |")
+    if "generation" in parts and parts["generation"]["data"].get("rows"):
+        data = parts["generation"]["data"]
+        out += ["", f"## Greedy generation ({data['prompt']} prompt tokens, {data['new']} new)", "",
+                "| model | batch | side | prefill tok/s | decode tok/s | status |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for r in data["rows"]:
+            out.append(f"| {r['model']} | {r['batch']} | {r['side']} | {r.get('prefill_tokens_per_s', '')} | "
+                       f"{r.get('decode_tokens_per_s', '')} | {'' if r['status'] == 'ok' else r['status']} |")
+        out += ["", "Ours over PyTorch's decode tokens per second:", ""]
+        for r in data["rows"]:
+            if r["side"] != "ours" or r["status"] != "ok":
+                continue
+            theirs = next((t for t in data["rows"] if t["side"] == "pytorch" and t["model"] == r["model"]
+                           and t["batch"] == r["batch"] and t["status"] == "ok"), None)
+            if theirs:
+                out.append(f"- {r['model']} batch {r['batch']}: "
+                           f"{r['decode_tokens_per_s'] / theirs['decode_tokens_per_s']:.2f}x")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["run", "report"])
+    parser.add_argument("--out", default=os.environ.get("OUT", os.path.join(ROOT, "gpu-out")))
+    parser.add_argument("--work", default="/tmp/gpu-kit", help="where binaries and logs go")
+    parser.add_argument("--allow-cpu-adapter", action="store_true",
+                        help="rehearsal: accept a CPU adapter (lavapipe) instead of failing")
+    parser.add_argument("--quick", action="store_true", help="rehearsal sizes")
+    parser.add_argument("--only", default="", help="comma-separated parts")
+    parser.add_argument("--skip", default="", help="comma-separated parts")
+    parser.add_argument("--torch-device", default="cuda" if shutil.which("nvidia-smi") else "cpu")
+    parser.add_argument("--test-timeout", type=int, default=240)
+    parser.add_argument("--bench-timeout", type=int, default=240)
+    parser.add_argument("--case-timeout", type=int, default=60)
+    parser.add_argument("--attention-budget", type=int, default=150)
+    parser.add_argument("--generation-budget", type=int, default=150)
+    args = parser.parse_args()
+    if args.command == "report":
+        with open(os.path.join(args.out, "gpu-report.json")) as f:
+            sys.stdout.write(markdown(json.load(f)))
+        return 0
+    kit = Kit(args)
+    only = [p for p in args.only.split(",") if p]
+    skip = [p for p in args.skip.split(",") if p]
+    for p in only + skip:
+        if p not in PARTS:
+            parser.error(f"unknown part {p}: the parts are {', '.join(PARTS)}")
+    wanted = [p for p in PARTS if (not only or p in only or p in ("setup", "adapter")) and p not in skip]
+    try:
+        for name in wanted:
+            with kit.part(name) as data:
+                getattr(kit, name)(data)
+    except Fatal as e:
+        print(f"\nFATAL: {e}", flush=True)
+        return 2
+    finally:
+        print("\n" + "\n".join(f"{p['part']:<14} {p['seconds']:>7} s  {p['status']}"
+                               for p in kit.report["parts"]))
+        print(f"total {time.time() - kit.t0:.0f} s; report: {kit.out}/gpu-report.md")
+    return 0 if all(p["status"] == "ok" for p in kit.report["parts"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
