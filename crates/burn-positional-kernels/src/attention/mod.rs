@@ -110,6 +110,9 @@ impl Window {
 
 /// Where the queries and keys sit.
 #[derive(Clone, Debug)]
+// Built once per call and passed by reference: boxing the explicit tensors would only change
+// the public enum.
+#[allow(clippy::large_enum_variant)]
 pub enum AttentionPositions {
     /// Query `i` at `query + i`, key `j` at `key + j`: a whole sequence (both 0), a decoding
     /// step (`query` = the cached length), a rolling cache (`key` = the first kept position).
