@@ -8,9 +8,9 @@
 //!
 //! [`FlashVariant`](super::FlashVariant) picks one (`variant.rs`: by the adapter, or forced).
 //! This file holds what both share: the launch's run-time values ([`Scalars`]), the per-score
-//! formula (positions, masks, bias, softcap: [`final_score`]), the online softmax
-//! ([`fold_block`]), the query rows' start and end, and the host side ([`launch`]): checks,
-//! outputs, flags, and the choice.
+//! formula (positions, masks, bias, softcap: [`final_score`]), a unit's query rows ([`Rows`])
+//! and their online softmax ([`fold_block`]), and the host side ([`launch`]): checks, outputs,
+//! flags, the choice, the launch.
 //!
 //! Both compute in f32 whatever the storage dtype, as the host kernel. A cube takes one tile:
 //! `rows` query rows of each of the `group` heads that share one key/value head of one sequence,
@@ -29,7 +29,7 @@ use cubecl::prelude::*;
 
 use super::tile::{BiasKind, TileArgs};
 use super::variant::{FlashVariant, count_launch, resolve};
-use super::{Sizes, check_sizes};
+use super::check_sizes;
 
 /// A hidden score (WGSL has no infinity literal): `exp(HIDDEN - m)` is 0 for any real `m`.
 const HIDDEN: f32 = -1.0e30;
@@ -237,47 +237,20 @@ fn final_score<F: Float, C: Float>(
     x
 }
 
-/// The online softmax of row `t` over one block: its scores `s[t * block..][..block]` rescale
-/// what was summed so far (`m`, `l`, `acc`) by the block's maximum, then become their weights.
-#[cube]
-fn fold_block<C: Float>(
-    s: &mut Array<C>,
-    m: &mut Array<C>,
-    l: &mut Array<C>,
-    acc: &mut Array<C>,
-    t: usize,
-    #[comptime] block: usize,
-    #[comptime] d_v: usize,
-) {
-    let mut block_max = C::new(HIDDEN);
-    #[unroll]
-    for c in 0..block {
-        block_max = max(block_max, s[t * block + c]);
-    }
-    let m_new = max(m[t], block_max);
-    let seen = m_new > C::new(UNSEEN);
-    if seen {
-        let correction = C::exp(m[t] - m_new);
-        l[t] *= correction;
-        #[unroll]
-        for d in 0..d_v {
-            acc[t * d_v + d] *= correction;
-        }
-        m[t] = m_new;
-    }
-    #[unroll]
-    for c in 0..block {
-        let mut w = C::new(0.0);
-        if seen {
-            w = C::exp(s[t * block + c] - m_new);
-        }
-        l[t] += w;
-        s[t * block + c] = w;
-    }
+/// A unit's `per_unit` query rows: scaled (`q`, `[per_unit, d_head]`), their running maximum
+/// `m`, sum `l` and output `acc` (`[per_unit, d_v]`), their positions and segments.
+#[derive(CubeType)]
+struct Rows<C: Float> {
+    q: Array<C>,
+    acc: Array<C>,
+    m: Array<C>,
+    l: Array<C>,
+    position: Array<i32>,
+    segment: Array<i32>,
 }
 
-/// `per_unit` query rows from `i0` of head `head` of sequence `b`, scaled, into `q_rows`; their
-/// running state cleared; their positions and segments.
+/// `per_unit` query rows from `i0` of head `head` of sequence `b` (none past `seq_q`), with
+/// their running state cleared.
 #[cube]
 fn start_rows<F: Float, C: Float, I: Int, J: Int>(
     q: &Tensor<F>,
@@ -287,17 +260,19 @@ fn start_rows<F: Float, C: Float, I: Int, J: Int>(
     b: usize,
     head: usize,
     i0: usize,
-    q_rows: &mut Array<C>,
-    acc: &mut Array<C>,
-    m: &mut Array<C>,
-    l: &mut Array<C>,
-    qp: &mut Array<i32>,
-    q_segment: &mut Array<i32>,
     #[comptime] per_unit: usize,
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
-) {
+) -> Rows<C> {
     let seq_q = p.seq_q as usize;
+    let mut rows = Rows::<C> {
+        q: Array::<C>::new(comptime!(per_unit * d_head)),
+        acc: Array::<C>::new(comptime!(per_unit * d_v)),
+        m: Array::<C>::new(per_unit),
+        l: Array::<C>::new(per_unit),
+        position: Array::<i32>::new(per_unit),
+        segment: Array::<i32>::new(per_unit),
+    };
     #[unroll]
     for t in 0..per_unit {
         let i = i0 + t;
@@ -308,49 +283,126 @@ fn start_rows<F: Float, C: Float, I: Int, J: Int>(
             if i < seq_q {
                 x = C::cast_from(q[q_base + d]) * C::cast_from(p.scale);
             }
-            q_rows[t * d_head + d] = x;
+            rows.q[t * d_head + d] = x;
         }
         #[unroll]
         for d in 0..d_v {
-            acc[t * d_v + d] = C::new(0.0);
+            rows.acc[t * d_v + d] = C::new(0.0);
         }
-        m[t] = C::new(HIDDEN);
-        l[t] = C::new(0.0);
+        rows.m[t] = C::new(HIDDEN);
+        rows.l[t] = C::new(0.0);
         let (position, segment) = query_place(positions, segments, p, b, i);
-        qp[t] = position;
-        q_segment[t] = segment;
+        rows.position[t] = position;
+        rows.segment[t] = segment;
+    }
+    rows
+}
+
+/// Key `c` of a block (`s[t * block + c]` holding its `scale q . k` for each row) made final
+/// for every row: see [`final_score`]. `i0` is the first row's query index.
+#[cube]
+fn score_rows<F: Float, C: Float>(
+    s: &mut Array<C>,
+    rows: &Rows<C>,
+    c: usize,
+    key_position: i32,
+    key_seen: bool,
+    key_segment: i32,
+    i0: usize,
+    bias: &Tensor<F>,
+    slope: C,
+    table_base: usize,
+    p: &Scalars,
+    #[comptime] per_unit: usize,
+    #[comptime] block: usize,
+) {
+    #[unroll]
+    for t in 0..per_unit {
+        s[t * block + c] = final_score::<F, C>(
+            s[t * block + c],
+            key_position - rows.position[t],
+            key_seen && i0 + t < p.seq_q as usize,
+            rows.segment[t],
+            key_segment,
+            bias,
+            slope,
+            table_base,
+            p,
+        );
     }
 }
 
-/// Row `t` (query `i` of head `head`, sequence `b`) written out: `acc / l` and `m + ln l`
-/// (zeros and the dtype's lowest value for a row that saw no key).
+/// The online softmax over one block, row by row: each row's scores `s[t * block..][..block]`
+/// rescale what it summed so far by the block's maximum, then become their weights.
 #[cube]
-fn write_row<F: Float, C: Float>(
+fn fold_block<C: Float>(
+    s: &mut Array<C>,
+    rows: &mut Rows<C>,
+    #[comptime] per_unit: usize,
+    #[comptime] block: usize,
+    #[comptime] d_v: usize,
+) {
+    #[unroll]
+    for t in 0..per_unit {
+        let mut block_max = C::new(HIDDEN);
+        #[unroll]
+        for c in 0..block {
+            block_max = max(block_max, s[t * block + c]);
+        }
+        let m_new = max(rows.m[t], block_max);
+        let seen = m_new > C::new(UNSEEN);
+        if seen {
+            let correction = C::exp(rows.m[t] - m_new);
+            rows.l[t] *= correction;
+            #[unroll]
+            for d in 0..d_v {
+                rows.acc[t * d_v + d] *= correction;
+            }
+            rows.m[t] = m_new;
+        }
+        #[unroll]
+        for c in 0..block {
+            let mut w = C::new(0.0);
+            if seen {
+                w = C::exp(s[t * block + c] - m_new);
+            }
+            rows.l[t] += w;
+            s[t * block + c] = w;
+        }
+    }
+}
+
+/// The rows written out (query `i0 + t` of head `head`, sequence `b`; none past `seq_q`):
+/// `acc / l` and `m + ln l` (zeros and the dtype's lowest value for a row that saw no key).
+#[cube]
+fn write_rows<F: Float, C: Float>(
     output: &mut Tensor<F>,
     lse: &mut Tensor<F>,
-    acc: &Array<C>,
-    m: &Array<C>,
-    l: &Array<C>,
+    rows: &Rows<C>,
     p: &Scalars,
     b: usize,
     head: usize,
-    i: usize,
-    t: usize,
+    i0: usize,
+    #[comptime] per_unit: usize,
     #[comptime] d_v: usize,
 ) {
-    if i < p.seq_q as usize {
-        let row = (b * p.n_heads as usize + head) * p.seq_q as usize + i;
-        let mut inv = C::new(0.0);
-        let mut log_sum = C::cast_from(p.lowest);
-        if l[t] > C::new(0.0) {
-            inv = C::new(1.0) / l[t];
-            log_sum = m[t] + C::ln(l[t]);
+    #[unroll]
+    for t in 0..per_unit {
+        let i = i0 + t;
+        if i < p.seq_q as usize {
+            let row = (b * p.n_heads as usize + head) * p.seq_q as usize + i;
+            let mut inv = C::new(0.0);
+            let mut log_sum = C::cast_from(p.lowest);
+            if rows.l[t] > C::new(0.0) {
+                inv = C::new(1.0) / rows.l[t];
+                log_sum = rows.m[t] + C::ln(rows.l[t]);
+            }
+            #[unroll]
+            for d in 0..d_v {
+                output[row * d_v + d] = F::cast_from(rows.acc[t * d_v + d] * inv);
+            }
+            lse[row] = F::cast_from(log_sum);
         }
-        #[unroll]
-        for d in 0..d_v {
-            output[row * d_v + d] = F::cast_from(acc[t * d_v + d] * inv);
-        }
-        lse[row] = F::cast_from(log_sum);
     }
 }
 
@@ -365,16 +417,6 @@ struct Operands {
     segments: TensorArg,
     output: TensorArg,
     lse: TensorArg,
-}
-
-/// What a variant's launch needs besides its plan.
-struct Launch {
-    count: CubeCount,
-    operands: Operands,
-    scalars: ScalarsLaunch,
-    sizes: Sizes,
-    group: usize,
-    dtypes: [ElemType; 5],
 }
 
 /// Host side: checks shapes, makes inputs contiguous, allocates the output and the
@@ -497,7 +539,7 @@ pub(crate) fn launch(
         u32_of(sizes.batch, "batch"),
     );
     let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
-    let operands = Operands {
+    let o = Operands {
         q: contiguous(q),
         k: contiguous(k),
         v: contiguous(v),
@@ -508,14 +550,6 @@ pub(crate) fn launch(
         output: output.clone().into_tensor_arg(),
         lse: lse.clone().into_tensor_arg(),
     };
-    let launch = Launch {
-        count,
-        operands,
-        scalars,
-        sizes,
-        group,
-        dtypes,
-    };
     // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; every
     // read of q, the output and the log-sum-exp is guarded by `i < seq_q`; k and v are read at
     // keys `j < k_hi <= seq_k` of this cube's (sequence, kv head); the bias at head
@@ -523,12 +557,41 @@ pub(crate) fn launch(
     // or `b` of `[1 or batch, seq_q + seq_k]`, segments at row `b` of `[batch, seq_q + seq_k]`
     // and padding at row `b` of `[batch, seq_k]`, each only when `args` says it is given (the
     // api checked those shapes). The shared variant's plan fits the device's shared memory and
-    // cube size.
-    unsafe {
-        match plan.stage {
-            Some(stage) => shared::launch(&client, launch, plan, stage),
-            None => registers::launch(&client, launch, plan),
-        }
+    // cube size. Both kernels take the same arguments; the fifth comptime one is the keys per
+    // block (registers) or per stage (shared).
+    macro_rules! launch_with {
+        ($kernel:path, $keys:expr) => {
+            unsafe {
+                $kernel(
+                    &client,
+                    count,
+                    CubeDim::new_1d(u32_of(plan.units, "the cube's units")),
+                    o.q,
+                    o.k,
+                    o.v,
+                    o.bias,
+                    o.padding,
+                    o.positions,
+                    o.segments,
+                    o.output,
+                    o.lse,
+                    scalars,
+                    sizes.d_head,
+                    sizes.d_v,
+                    plan.per_unit,
+                    $keys,
+                    group,
+                    dtypes,
+                )
+            }
+        };
+    }
+    match plan.stage {
+        Some(stage) => launch_with!(shared::flash_shared_kernel::launch_unchecked, stage),
+        None => launch_with!(
+            registers::flash_registers_kernel::launch_unchecked,
+            KEY_BLOCK
+        ),
     }
     (output, lse)
 }

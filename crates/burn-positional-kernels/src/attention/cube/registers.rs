@@ -16,8 +16,7 @@
 use cubecl::prelude::*;
 
 use super::{
-    KEY_BLOCK, Launch, Plan, Scalars, final_score, fold_block, head_bias, key_place, key_range,
-    start_rows, write_row,
+    Plan, Scalars, fold_block, head_bias, key_place, key_range, score_rows, start_rows, write_rows,
 };
 use crate::attention::Sizes;
 
@@ -26,7 +25,7 @@ use crate::attention::Sizes;
 /// `per_unit` consecutive rows of head `kv_head * group + u / (rows / per_unit)`. `C` is the
 /// compute type (f32). Inputs are contiguous.
 #[cube(launch_unchecked)]
-fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+pub(super) fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
@@ -44,7 +43,6 @@ fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     #[comptime] group: usize,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
-    let seq_q = p.seq_q as usize;
     let seq_k = p.seq_k as usize;
     let rows = p.rows as usize;
     let kv_head = CUBE_POS_Y as usize;
@@ -56,29 +54,8 @@ fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     let i0 = r0 + (unit % units_per_head) * per_unit;
 
     // The unit's queries, scaled, in registers; where they sit; their segments.
-    let mut q_rows = Array::<C>::new(per_unit * d_head);
-    let mut acc = Array::<C>::new(per_unit * d_v);
-    let mut m = Array::<C>::new(per_unit);
-    let mut l = Array::<C>::new(per_unit);
-    let mut qp = Array::<i32>::new(per_unit);
-    let mut q_segment = Array::<i32>::new(per_unit);
-    start_rows(
-        q,
-        positions,
-        segments,
-        &p,
-        b,
-        head,
-        i0,
-        &mut q_rows,
-        &mut acc,
-        &mut m,
-        &mut l,
-        &mut qp,
-        &mut q_segment,
-        per_unit,
-        d_head,
-        d_v,
+    let mut rows = start_rows::<F, C, I, J>(
+        q, positions, segments, &p, b, head, i0, per_unit, d_head, d_v,
     );
     let (slope, table_base) = head_bias::<F, C>(bias, &p, head);
     let (k_lo, k_hi) = key_range(&p, r0);
@@ -102,31 +79,18 @@ fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                     let kd = C::cast_from(k[(kv_base + j) * d_head + d]);
                     #[unroll]
                     for t in 0..per_unit {
-                        s[t * block + c] += q_rows[t * d_head + d] * kd;
+                        s[t * block + c] += rows.q[t * d_head + d] * kd;
                     }
                 }
             }
             let (kp, key_seen, k_segment) =
                 key_place(positions, segments, padding, &p, b, j, in_range);
-            #[unroll]
-            for t in 0..per_unit {
-                s[t * block + c] = final_score::<F, C>(
-                    s[t * block + c],
-                    kp - qp[t],
-                    key_seen && i0 + t < seq_q,
-                    q_segment[t],
-                    k_segment,
-                    bias,
-                    slope,
-                    table_base,
-                    &p,
-                );
-            }
+            score_rows::<F, C>(
+                &mut s, &rows, c, kp, key_seen, k_segment, i0, bias, slope, table_base, &p,
+                per_unit, block,
+            );
         }
-        #[unroll]
-        for t in 0..per_unit {
-            fold_block(&mut s, &mut m, &mut l, &mut acc, t, block, d_v);
-        }
+        fold_block(&mut s, &mut rows, per_unit, block, d_v);
         #[unroll]
         for c in 0..block {
             let j = j0 + c;
@@ -136,7 +100,7 @@ fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                     let vd = C::cast_from(v[(kv_base + j) * d_v + d]);
                     #[unroll]
                     for t in 0..per_unit {
-                        acc[t * d_v + d] += s[t * block + c] * vd;
+                        rows.acc[t * d_v + d] += s[t * block + c] * vd;
                     }
                 }
             }
@@ -144,10 +108,7 @@ fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
         j0 += block;
     }
 
-    #[unroll]
-    for t in 0..per_unit {
-        write_row(output, lse, &acc, &m, &l, &p, b, head, i0 + t, t, d_v);
-    }
+    write_rows(output, lse, &rows, &p, b, head, i0, per_unit, d_v);
 }
 
 /// Rows per unit: each key and value element loaded serves this many queries (fewer for wide
@@ -167,45 +128,5 @@ pub(super) fn plan(sizes: &Sizes, group: usize) -> Plan {
         rows: units_per_head * per_unit,
         units: group * units_per_head,
         stage: None,
-    }
-}
-
-/// Launches [`flash_registers_kernel`].
-///
-/// # Safety
-///
-/// As [`super::launch`] says: `launch` holds contiguous tensors of the shapes its sizes say.
-pub(super) unsafe fn launch(client: &Client, launch: Launch, plan: Plan) {
-    let Launch {
-        count,
-        operands: o,
-        scalars,
-        sizes,
-        group,
-        dtypes,
-    } = launch;
-    // SAFETY: the caller's.
-    unsafe {
-        flash_registers_kernel::launch_unchecked(
-            client,
-            count,
-            CubeDim::new_1d(plan.units as u32),
-            o.q,
-            o.k,
-            o.v,
-            o.bias,
-            o.padding,
-            o.positions,
-            o.segments,
-            o.output,
-            o.lse,
-            scalars,
-            sizes.d_head,
-            sizes.d_v,
-            plan.per_unit,
-            KEY_BLOCK,
-            group,
-            dtypes,
-        );
     }
 }

@@ -50,8 +50,8 @@ use cubecl::ir::HardwareProperties;
 use cubecl::prelude::*;
 
 use super::{
-    KEY_BLOCK, Launch, Plan, Scalars, final_score, fold_block, head_bias, key_place, key_range,
-    start_rows, write_row,
+    KEY_BLOCK, Plan, Scalars, fold_block, head_bias, key_place, key_range, score_rows, start_rows,
+    write_rows,
 };
 use crate::attention::Sizes;
 
@@ -69,7 +69,7 @@ const MAX_SHARED_BYTES: usize = 32 * 1024;
 /// `kv_head * group + u / (rows / per_unit)`, the others only load. `C` is the compute type
 /// (f32). Inputs are contiguous.
 #[cube(launch_unchecked)]
-fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+pub(super) fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
@@ -105,29 +105,8 @@ fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
         i0 = r0 + (unit % units_per_head) * per_unit;
     }
 
-    let mut q_rows = Array::<C>::new(per_unit * d_head);
-    let mut acc = Array::<C>::new(per_unit * d_v);
-    let mut m = Array::<C>::new(per_unit);
-    let mut l = Array::<C>::new(per_unit);
-    let mut qp = Array::<i32>::new(per_unit);
-    let mut q_segment = Array::<i32>::new(per_unit);
-    start_rows(
-        q,
-        positions,
-        segments,
-        &p,
-        b,
-        head,
-        i0,
-        &mut q_rows,
-        &mut acc,
-        &mut m,
-        &mut l,
-        &mut qp,
-        &mut q_segment,
-        per_unit,
-        d_head,
-        d_v,
+    let mut rows = start_rows::<F, C, I, J>(
+        q, positions, segments, &p, b, head, i0, per_unit, d_head, d_v,
     );
     let (slope, table_base) = head_bias::<F, C>(bias, &p, head);
     let (k_lo, k_hi) = key_range(&p, r0);
@@ -192,29 +171,26 @@ fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                         let kd = C::cast_from(k_s[at * d_head + d]);
                         #[unroll]
                         for t in 0..per_unit {
-                            s[t * KEY_BLOCK + c] += q_rows[t * d_head + d] * kd;
+                            s[t * KEY_BLOCK + c] += rows.q[t * d_head + d] * kd;
                         }
                     }
-                    let key_seen = seen_s[at] == 1;
-                    #[unroll]
-                    for t in 0..per_unit {
-                        s[t * KEY_BLOCK + c] = final_score::<F, C>(
-                            s[t * KEY_BLOCK + c],
-                            kp_s[at] - qp[t],
-                            key_seen && i0 + t < seq_q,
-                            q_segment[t],
-                            segment_s[at],
-                            bias,
-                            slope,
-                            table_base,
-                            &p,
-                        );
-                    }
+                    score_rows::<F, C>(
+                        &mut s,
+                        &rows,
+                        c,
+                        kp_s[at],
+                        seen_s[at] == 1,
+                        segment_s[at],
+                        i0,
+                        bias,
+                        slope,
+                        table_base,
+                        &p,
+                        per_unit,
+                        KEY_BLOCK,
+                    );
                 }
-                #[unroll]
-                for t in 0..per_unit {
-                    fold_block(&mut s, &mut m, &mut l, &mut acc, t, KEY_BLOCK, d_v);
-                }
+                fold_block(&mut s, &mut rows, per_unit, KEY_BLOCK, d_v);
                 #[unroll]
                 for c in 0..KEY_BLOCK {
                     #[unroll]
@@ -222,7 +198,7 @@ fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                         let vd = C::cast_from(v_s[(c0 + c) * d_v + d]);
                         #[unroll]
                         for t in 0..per_unit {
-                            acc[t * d_v + d] += s[t * KEY_BLOCK + c] * vd;
+                            rows.acc[t * d_v + d] += s[t * KEY_BLOCK + c] * vd;
                         }
                     }
                 }
@@ -235,10 +211,7 @@ fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     }
 
     if active {
-        #[unroll]
-        for t in 0..per_unit {
-            write_row(output, lse, &acc, &m, &l, &p, b, head, i0 + t, t, d_v);
-        }
+        write_rows(output, lse, &rows, &p, b, head, i0, per_unit, d_v);
     }
 }
 
@@ -270,45 +243,4 @@ pub(super) fn plan(
         units,
         stage: Some(stage),
     })
-}
-
-/// Launches [`flash_shared_kernel`] with `stage` keys per stage.
-///
-/// # Safety
-///
-/// As [`super::launch`] says: `launch` holds contiguous tensors of the shapes its sizes say,
-/// and `plan` came from [`plan`] for this device.
-pub(super) unsafe fn launch(client: &Client, launch: Launch, plan: Plan, stage: usize) {
-    let Launch {
-        count,
-        operands: o,
-        scalars,
-        sizes,
-        group,
-        dtypes,
-    } = launch;
-    // SAFETY: the caller's.
-    unsafe {
-        flash_shared_kernel::launch_unchecked(
-            client,
-            count,
-            CubeDim::new_1d(plan.units as u32),
-            o.q,
-            o.k,
-            o.v,
-            o.bias,
-            o.padding,
-            o.positions,
-            o.segments,
-            o.output,
-            o.lse,
-            scalars,
-            sizes.d_head,
-            sizes.d_v,
-            plan.per_unit,
-            stage,
-            group,
-            dtypes,
-        );
-    }
 }
