@@ -55,6 +55,9 @@ struct Case {
     softcap: Option<f64>,
     seq_q: usize,
     seq_k: usize,
+    /// Head widths of q and k, and of v.
+    d_head: usize,
+    d_v: usize,
 }
 
 /// Every option with every other, by a mixed-radix walk over the option values (each value
@@ -99,6 +102,8 @@ fn cases() -> Vec<Case> {
                 softcap: (x % 5 == 1).then_some(3.0),
                 seq_q,
                 seq_k,
+                d_head: D,
+                d_v: D,
             });
         }
     }
@@ -114,6 +119,8 @@ fn cases() -> Vec<Case> {
         softcap: None,
         seq_q: 1000,
         seq_k: 1000,
+        d_head: D,
+        d_v: D,
     };
     cases.push(long(Bias::Alibi, true, None, Pos::Whole, 2));
     cases.push(long(
@@ -259,9 +266,9 @@ fn check_cases(devices: &[Device], cases: &[Case]) -> u64 {
 
 fn check_case(device: &Device, case: &Case) {
     let what = format!("{device:?} {case:?}");
-    let q = random([BATCH, HEADS, case.seq_q, D], device);
-    let k = random([BATCH, case.kv_heads, case.seq_k, D], device);
-    let v = random([BATCH, case.kv_heads, case.seq_k, D], device);
+    let q = random([BATCH, HEADS, case.seq_q, case.d_head], device);
+    let k = random([BATCH, case.kv_heads, case.seq_k, case.d_head], device);
+    let v = random([BATCH, case.kv_heads, case.seq_k, case.d_v], device);
     let (options, table, _) = options(case, device);
     let before = flash_attention_calls();
     let fast = tiled_attention(q.clone(), k.clone(), v.clone(), &options);
@@ -271,7 +278,7 @@ fn check_case(device: &Device, case: &Case) {
         "{what}: one kernel call per op"
     );
     let slow = reference_attention(q.clone(), k.clone(), v.clone(), &options);
-    assert_eq!(fast.dims(), [BATCH, HEADS, case.seq_q, D], "{what}");
+    assert_eq!(fast.dims(), [BATCH, HEADS, case.seq_q, case.d_v], "{what}");
     if case.padded {
         // Sequence 2 sees no key: zeros.
         let empty = fast
@@ -334,6 +341,8 @@ fn check_half(devices: &[Device]) -> u64 {
             softcap: None,
             seq_q: 65,
             seq_k: 65,
+            d_head: D,
+            d_v: D,
         };
         let q = random([BATCH, HEADS, 65, D], device);
         let k = random([BATCH, 2, 65, D], device);
@@ -370,7 +379,8 @@ fn half_precision_follows_f32() {
 }
 
 /// The wgpu devices (plain and autodiff) with `variant` forced on this thread: every case of
-/// [`cases`] (`long` picks which of the 1000-token ones) and the half-precision check, and
+/// [`cases`] (`long` picks which of the 1000-token ones), [`wide_cases`] and the
+/// half-precision check, and
 /// proof that the forced kernel is what ran: its launch count grew by at least one per call.
 fn check_variant(variant: FlashVariant, long: impl Fn(&Case) -> bool) -> u64 {
     set_thread_flash_variant(Some(variant));
@@ -383,7 +393,15 @@ fn check_variant(variant: FlashVariant, long: impl Fn(&Case) -> bool) -> u64 {
         .filter(|case| case.seq_q < 1000 || long(case))
         .collect();
     let before = flash_variant_launches(variant);
-    let calls = check_cases(&devices, &cases) + check_half(&devices);
+    // The wide heads on the autodiff device alone: it checks the outputs too.
+    let autodiff: Vec<Device> = devices
+        .iter()
+        .filter(|d| d.is_autodiff())
+        .cloned()
+        .collect();
+    let calls = check_cases(&devices, &cases)
+        + check_cases(&autodiff, &wide_cases())
+        + check_half(&devices);
     let launched = flash_variant_launches(variant) - before;
     set_thread_flash_variant(None);
     assert!(
@@ -391,6 +409,21 @@ fn check_variant(variant: FlashVariant, long: impl Fn(&Case) -> bool) -> u64 {
         "{variant:?}: {launched} launches for {calls} calls"
     );
     launched - calls
+}
+
+/// The cases at 65 tokens (each value of each option, across a stage of keys) with wide heads
+/// of unequal widths (`d_head` 64, `d_v` 40), as a GPU model has them: one row per unit and
+/// another stage length in the shared kernel, two rows per unit in the register kernel.
+fn wide_cases() -> Vec<Case> {
+    cases()
+        .into_iter()
+        .filter(|case| case.seq_q == 65)
+        .map(|case| Case {
+            d_head: 64,
+            d_v: 40,
+            ..case
+        })
+        .collect()
 }
 
 /// The register kernel (lavapipe's `Auto`), forced: every case, the three 1000-token ones too.

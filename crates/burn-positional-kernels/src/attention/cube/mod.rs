@@ -27,9 +27,9 @@ use burn::tensor::{DType, Shape};
 use burn_cubecl::{kernel::into_contiguous, ops::numeric::empty_device_dtype, tensor::CubeTensor};
 use cubecl::prelude::*;
 
+use super::check_sizes;
 use super::tile::{BiasKind, TileArgs};
 use super::variant::{FlashVariant, count_launch, resolve};
-use super::check_sizes;
 
 /// A hidden score (WGSL has no infinity literal): `exp(HIDDEN - m)` is 0 for any real `m`.
 const HIDDEN: f32 = -1.0e30;
