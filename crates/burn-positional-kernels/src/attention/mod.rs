@@ -297,7 +297,9 @@ fn tile_rows(
 ///
 /// # Panics
 ///
-/// On shapes that do not fit together as above or as [`AttendOptions`] documents.
+/// On shapes that do not fit together as above or as [`AttendOptions`] documents, and when the
+/// environment variable `BURN_POSITIONAL_FLASH` holds something else than `auto`,
+/// `registers` or `shared` (see [`FlashVariant`]).
 ///
 /// ```
 /// use burn::prelude::*;

@@ -83,9 +83,16 @@ thread_local! {
 /// `BURN_POSITIONAL_FLASH`; [`FlashVariant::Auto`] goes back to choosing by device. For
 /// benches and measurements; a model has no reason to call it. Calls already made keep the
 /// variant they were made with.
+///
+/// ```
+/// use burn_positional_kernels::{FlashVariant, set_flash_variant};
+///
+/// set_flash_variant(FlashVariant::Shared); // time the shared-memory kernel, even on lavapipe
+/// // ... the attention calls to time ...
+/// set_flash_variant(FlashVariant::Auto); // back to the adapter's choice
+/// ```
 pub fn set_flash_variant(variant: FlashVariant) {
-    // Read the environment first, so that it cannot overwrite this choice later.
-    env_variant();
+    // The environment is read only while nothing was set.
     PROCESS.store(variant.code(), Ordering::Relaxed);
 }
 
