@@ -10,8 +10,9 @@
 
 use burn::tensor::{Bool, DType, Device, Distribution, Int, Tensor, TensorData, Tolerance};
 use burn_positional_kernels::{
-    AttendOptions, AttentionBias, FlashVariant, Window, flash_attention_calls, flash_variant,
-    flash_variant_launches, reference_attention, set_thread_flash_variant, tiled_attention,
+    AttendOptions, AttentionBias, FLASH_VARIANT_ENV, FlashVariant, Window, flash_attention_calls,
+    flash_variant, flash_variant_launches, reference_attention, set_thread_flash_variant,
+    tiled_attention,
 };
 
 mod common;
@@ -440,6 +441,27 @@ fn register_kernel_equals_the_slow_twin() {
 fn shared_kernel_equals_the_slow_twin() {
     let extra = check_variant(FlashVariant::Shared, |case| case.window.is_some());
     assert_eq!(extra, 0, "shared launches from elsewhere");
+}
+
+/// `Auto` on a CPU-type adapter (lavapipe, llvmpipe: CI's wgpu) is the register kernel, on
+/// anything else the shared-memory one; skipped while `BURN_POSITIONAL_FLASH` forces one.
+#[test]
+fn auto_follows_the_adapter() {
+    if std::env::var_os(FLASH_VARIANT_ENV).is_some() {
+        return;
+    }
+    for device in wgpu_devices() {
+        let burn::backend::DispatchDevice::Cube(cube) = device.as_dispatch().clone().inner() else {
+            panic!("{device:?} is not a CubeCL device");
+        };
+        let name = cube.client().properties().identity.name.to_lowercase();
+        let want = if name.contains("llvmpipe") || name.contains("lavapipe") {
+            FlashVariant::Registers
+        } else {
+            FlashVariant::Shared
+        };
+        assert_eq!(flash_variant(&device), want, "{name}");
+    }
 }
 
 /// ALiBi's weights from the paper's formula, by hand in f64: with every score zero, query `i`
