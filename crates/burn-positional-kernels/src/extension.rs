@@ -2,6 +2,8 @@
 //! `#[backend_extension]` generates for the `NdArray` selector (burn-ndarray is deprecated in
 //! 0.22; the user asked for it).
 #![allow(deprecated)]
+// The attention op takes its seven tensors and its arguments: one per kernel input.
+#![allow(clippy::too_many_arguments)]
 // With no backend feature the generated `Dispatch` method has only its fallback arm, which
 // leaves the arguments unread.
 #![cfg_attr(

@@ -4,7 +4,8 @@
 //!
 //! The same extension also carries the fused rotary op ([`fused_rope`], queries or keys rotated
 //! by cached angle tables in one pass, with [`reference_rope`] as its op-by-op twin) and the
-//! tiled attention ([`tiled_attention`]).
+//! tiled attention ([`tiled_attention`]; on wgpu and CUDA a register or a shared-memory
+//! kernel, chosen by the adapter or forced: [`FlashVariant`]).
 //!
 //! One backend extension with four implementations, all private:
 //!
@@ -58,12 +59,13 @@ pub use api::{
     FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding, max_buffer_bytes,
     reference_embedding, try_fused_embedding,
 };
+pub use attention::{
+    AttendOptions, AttentionBias, AttentionPositions, FLASH_VARIANT_ENV, FlashVariant, Window,
+    flash_variant, reference_attention, set_flash_variant, tiled_attention,
+};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
-pub use attention::flash_attention_calls;
-pub use attention::{
-    AttendOptions, AttentionBias, AttentionPositions, Window, reference_attention, tiled_attention,
-};
+pub use attention::{flash_attention_calls, flash_variant_launches, set_thread_flash_variant};
 pub(crate) use extension::PositionalKernels;
 pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};
 #[cfg(feature = "testing")]

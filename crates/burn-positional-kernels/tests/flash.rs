@@ -5,16 +5,18 @@
 //! entry point (bias none / ALiBi / by distance; causal; windows; key padding; segments;
 //! sequential, offset, rolling and explicit positions, shared or per sequence; grouped heads;
 //! scale; softcap), lengths 1, 7, 63, 65 and 1000, `seq_q != seq_k`, and fully masked rows
-//! (zero, never NaN).
+//! (zero, never NaN). On wgpu every case runs once per CubeCL kernel (register and
+//! shared-memory), each forced in its own test.
 
 use burn::tensor::{Bool, DType, Device, Distribution, Int, Tensor, TensorData, Tolerance};
 use burn_positional_kernels::{
-    AttendOptions, AttentionBias, Window, flash_attention_calls, reference_attention,
+    AttendOptions, AttentionBias, FLASH_VARIANT_ENV, FlashVariant, Window, flash_attention_calls,
+    flash_variant, flash_variant_launches, reference_attention, set_thread_flash_variant,
     tiled_attention,
 };
 
 mod common;
-use common::devices;
+use common::{devices, host_devices, wgpu_devices};
 
 const BATCH: usize = 3;
 const HEADS: usize = 4;
@@ -54,6 +56,9 @@ struct Case {
     softcap: Option<f64>,
     seq_q: usize,
     seq_k: usize,
+    /// Head widths of q and k, and of v.
+    d_head: usize,
+    d_v: usize,
 }
 
 /// Every option with every other, by a mixed-radix walk over the option values (each value
@@ -98,6 +103,8 @@ fn cases() -> Vec<Case> {
                 softcap: (x % 5 == 1).then_some(3.0),
                 seq_q,
                 seq_k,
+                d_head: D,
+                d_v: D,
             });
         }
     }
@@ -113,6 +120,8 @@ fn cases() -> Vec<Case> {
         softcap: None,
         seq_q: 1000,
         seq_k: 1000,
+        d_head: D,
+        d_v: D,
     };
     cases.push(long(Bias::Alibi, true, None, Pos::Whole, 2));
     cases.push(long(
@@ -242,68 +251,84 @@ fn close<const N: usize>(got: Tensor<N>, want: Tensor<N>, tolerance: f32, what: 
     assert!(worst <= tolerance, "{what}: off by {worst}");
 }
 
-#[test]
-fn kernel_equals_the_slow_twin_outputs_and_gradients() {
-    for device in devices() {
+/// Each case on each device: the kernel's output and gradients against the slow twin's.
+/// Returns how many kernel calls it made.
+fn check_cases(devices: &[Device], cases: &[Case]) -> u64 {
+    let mut calls = 0;
+    for device in devices {
         device.seed(3);
-        for case in cases() {
-            let what = format!("{device:?} {case:?}");
-            let q = random([BATCH, HEADS, case.seq_q, D], &device);
-            let k = random([BATCH, case.kv_heads, case.seq_k, D], &device);
-            let v = random([BATCH, case.kv_heads, case.seq_k, D], &device);
-            let (options, table, _) = options(&case, &device);
-            let before = flash_attention_calls();
-            let fast = tiled_attention(q.clone(), k.clone(), v.clone(), &options);
-            assert_eq!(
-                flash_attention_calls(),
-                before + 1,
-                "{what}: one kernel call per op"
-            );
-            let slow = reference_attention(q.clone(), k.clone(), v.clone(), &options);
-            assert_eq!(fast.dims(), [BATCH, HEADS, case.seq_q, D], "{what}");
-            if case.padded {
-                // Sequence 2 sees no key: zeros.
-                let empty = fast
-                    .clone()
-                    .narrow(0, 2, 1)
-                    .abs()
-                    .max()
-                    .into_scalar::<f32>();
-                assert_eq!(empty, 0.0, "{what}: a row that sees nothing is not zero");
-            }
-            close(fast.clone(), slow.clone(), 1e-4, &what);
-            if !device.is_autodiff() {
-                continue;
-            }
-            // Gradients of <out, w> for a random w: every input, through both paths.
-            let w = Tensor::<4>::random(fast.dims(), Distribution::Normal(0.0, 1.0), &device);
-            let g_fast = (fast * w.clone()).sum().backward();
-            let g_slow = (slow * w).sum().backward();
-            for (name, t) in [("q", &q), ("k", &k), ("v", &v)] {
-                close(
-                    t.grad(&g_fast).unwrap(),
-                    t.grad(&g_slow).unwrap(),
-                    2e-4,
-                    &format!("{what}: d{name}"),
-                );
-            }
-            if let Some(table) = table {
-                close(
-                    table.grad(&g_fast).unwrap(),
-                    table.grad(&g_slow).unwrap(),
-                    5e-4,
-                    &format!("{what}: dbias"),
-                );
-            }
+        for case in cases {
+            check_case(device, case);
+            calls += 1;
         }
+    }
+    calls
+}
+
+fn check_case(device: &Device, case: &Case) {
+    let what = format!("{device:?} {case:?}");
+    let q = random([BATCH, HEADS, case.seq_q, case.d_head], device);
+    let k = random([BATCH, case.kv_heads, case.seq_k, case.d_head], device);
+    let v = random([BATCH, case.kv_heads, case.seq_k, case.d_v], device);
+    let (options, table, _) = options(case, device);
+    let before = flash_attention_calls();
+    let fast = tiled_attention(q.clone(), k.clone(), v.clone(), &options);
+    assert_eq!(
+        flash_attention_calls(),
+        before + 1,
+        "{what}: one kernel call per op"
+    );
+    let slow = reference_attention(q.clone(), k.clone(), v.clone(), &options);
+    assert_eq!(fast.dims(), [BATCH, HEADS, case.seq_q, case.d_v], "{what}");
+    if case.padded {
+        // Sequence 2 sees no key: zeros.
+        let empty = fast
+            .clone()
+            .narrow(0, 2, 1)
+            .abs()
+            .max()
+            .into_scalar::<f32>();
+        assert_eq!(empty, 0.0, "{what}: a row that sees nothing is not zero");
+    }
+    close(fast.clone(), slow.clone(), 1e-4, &what);
+    if !device.is_autodiff() {
+        return;
+    }
+    // Gradients of <out, w> for a random w: every input, through both paths.
+    let w = Tensor::<4>::random(fast.dims(), Distribution::Normal(0.0, 1.0), device);
+    let g_fast = (fast * w.clone()).sum().backward();
+    let g_slow = (slow * w).sum().backward();
+    for (name, t) in [("q", &q), ("k", &k), ("v", &v)] {
+        close(
+            t.grad(&g_fast).unwrap(),
+            t.grad(&g_slow).unwrap(),
+            2e-4,
+            &format!("{what}: d{name}"),
+        );
+    }
+    if let Some(table) = table {
+        close(
+            table.grad(&g_fast).unwrap(),
+            table.grad(&g_slow).unwrap(),
+            5e-4,
+            &format!("{what}: dbias"),
+        );
     }
 }
 
-/// f16 and bf16 inputs: the kernel computes in f32 and rounds once; the slow twin rounds at
-/// every op. Both within the dtype's precision of the f32 result.
+/// The host kernels (flex, ndarray; plain and autodiff). The wgpu devices run the same cases
+/// once per CubeCL kernel, forced, below.
 #[test]
-fn half_precision_follows_f32() {
-    for device in devices() {
+fn kernel_equals_the_slow_twin_outputs_and_gradients() {
+    check_cases(&host_devices(), &cases());
+}
+
+/// f16 and bf16 inputs: the kernel computes in f32 and rounds once; the slow twin rounds at
+/// every op. Both within the dtype's precision of the f32 result. Returns how many kernel
+/// calls it made.
+fn check_half(devices: &[Device]) -> u64 {
+    let mut calls = 0;
+    for device in devices {
         device.seed(5);
         let case = Case {
             bias: Bias::Alibi,
@@ -317,12 +342,15 @@ fn half_precision_follows_f32() {
             softcap: None,
             seq_q: 65,
             seq_k: 65,
+            d_head: D,
+            d_v: D,
         };
-        let q = random([BATCH, HEADS, 65, D], &device);
-        let k = random([BATCH, 2, 65, D], &device);
-        let v = random([BATCH, 2, 65, D], &device);
-        let (options, _, _) = options(&case, &device);
+        let q = random([BATCH, HEADS, 65, D], device);
+        let k = random([BATCH, 2, 65, D], device);
+        let v = random([BATCH, 2, 65, D], device);
+        let (options, _, _) = options(&case, device);
         let exact = tiled_attention(q.clone(), k.clone(), v.clone(), &options);
+        calls += 1;
         for (dtype, tolerance) in [(DType::F16, 1e-2), (DType::BF16, 6e-2)] {
             if !device.supports_dtype(dtype) {
                 continue;
@@ -333,6 +361,7 @@ fn half_precision_follows_f32() {
                 v.clone().cast(dtype),
                 &options,
             );
+            calls += 1;
             assert_eq!(half.dtype(), dtype, "{device:?}");
             close(
                 half.cast(DType::F32),
@@ -341,6 +370,97 @@ fn half_precision_follows_f32() {
                 &format!("{device:?} {dtype:?}"),
             );
         }
+    }
+    calls
+}
+
+#[test]
+fn half_precision_follows_f32() {
+    check_half(&host_devices());
+}
+
+/// The wgpu devices (plain and autodiff) with `variant` forced on this thread: every case of
+/// [`cases`] (`long` picks which of the 1000-token ones), [`wide_cases`] and the
+/// half-precision check, and
+/// proof that the forced kernel is what ran: its launch count grew by at least one per call.
+fn check_variant(variant: FlashVariant, long: impl Fn(&Case) -> bool) -> u64 {
+    set_thread_flash_variant(Some(variant));
+    let devices = wgpu_devices();
+    for device in &devices {
+        assert_eq!(flash_variant(device), variant, "{device:?}");
+    }
+    let cases: Vec<Case> = cases()
+        .into_iter()
+        .filter(|case| case.seq_q < 1000 || long(case))
+        .collect();
+    let before = flash_variant_launches(variant);
+    // The wide heads on the autodiff device alone: it checks the outputs too.
+    let autodiff: Vec<Device> = devices
+        .iter()
+        .filter(|d| d.is_autodiff())
+        .cloned()
+        .collect();
+    let calls = check_cases(&devices, &cases)
+        + check_cases(&autodiff, &wide_cases())
+        + check_half(&devices);
+    let launched = flash_variant_launches(variant) - before;
+    set_thread_flash_variant(None);
+    assert!(
+        launched >= calls,
+        "{variant:?}: {launched} launches for {calls} calls"
+    );
+    launched - calls
+}
+
+/// The cases at 65 tokens (each value of each option, across a stage of keys) with wide heads
+/// of unequal widths (`d_head` 64, `d_v` 40), as a GPU model has them: one row per unit and
+/// another stage length in the shared kernel, two rows per unit in the register kernel.
+fn wide_cases() -> Vec<Case> {
+    cases()
+        .into_iter()
+        .filter(|case| case.seq_q == 65)
+        .map(|case| Case {
+            d_head: 64,
+            d_v: 40,
+            ..case
+        })
+        .collect()
+}
+
+/// The register kernel (lavapipe's `Auto`), forced: every case, the three 1000-token ones too.
+#[test]
+fn register_kernel_equals_the_slow_twin() {
+    check_variant(FlashVariant::Registers, |_| true);
+}
+
+/// The shared-memory kernel, forced (on lavapipe too, where `Auto` would not pick it): every
+/// case; of the 1000-token ones only the window, whose tiles start their keys past 0 and walk
+/// many stages (the 63- and 65-token cases already cross a stage of 64 keys). No other test
+/// forces it: its launches are exactly this test's calls.
+#[test]
+fn shared_kernel_equals_the_slow_twin() {
+    let extra = check_variant(FlashVariant::Shared, |case| case.window.is_some());
+    assert_eq!(extra, 0, "shared launches from elsewhere");
+}
+
+/// `Auto` on a CPU-type adapter (lavapipe, llvmpipe: CI's wgpu) is the register kernel, on
+/// anything else the shared-memory one; skipped while `BURN_POSITIONAL_FLASH` forces one.
+#[test]
+fn auto_follows_the_adapter() {
+    if std::env::var_os(FLASH_VARIANT_ENV).is_some() {
+        return;
+    }
+    for device in wgpu_devices() {
+        let burn::backend::DispatchDevice::Cube(cube) = device.as_dispatch().clone().inner() else {
+            panic!("{device:?} is not a CubeCL device");
+        };
+        let name = cube.client().properties().identity.name.to_lowercase();
+        let want = if name.contains("llvmpipe") || name.contains("lavapipe") {
+            FlashVariant::Registers
+        } else {
+            FlashVariant::Shared
+        };
+        assert_eq!(flash_variant(&device), want, "{name}");
     }
 }
 

@@ -4,9 +4,10 @@
 //! holds more than one tile's `[batch, n_heads, rows, keys]` scores at a time, so memory grows
 //! with the sequence, not its square, in training too.
 //!
-//! The forward is one kernel call on the backends the kernels cover (`cube.rs`: CubeCL, for
-//! wgpu and CUDA; `host.rs`: flex and ndarray), which compute the same per-score formula below
-//! in registers or in a block of 64 keys; the tensor-op tiles (`pass.rs`, `tile.rs`) are their
+//! The forward is one kernel call on the backends the kernels cover (`cube/`: CubeCL, for
+//! wgpu and CUDA, in a register and a shared-memory variant, see [`FlashVariant`]; `host.rs`:
+//! flex and ndarray), which compute the same per-score formula below in registers, shared
+//! memory or a block of 64 keys; the tensor-op tiles (`pass.rs`, `tile.rs`) are their
 //! slow twin ([`reference_attention`]) and the path of every other backend, and the backward
 //! of all.
 //!
@@ -32,11 +33,15 @@ pub(crate) mod cube;
 pub(crate) mod host;
 mod pass;
 mod tile;
+mod variant;
 
 pub(crate) use pass::forward;
 #[cfg(feature = "autodiff")]
 pub(crate) use pass::{Saved, Wanted, backward};
 pub(crate) use tile::{BiasKind, Extras, TileArgs};
+pub use variant::{FLASH_VARIANT_ENV, FlashVariant, flash_variant, set_flash_variant};
+#[cfg(feature = "testing")]
+pub use variant::{flash_variant_launches, set_thread_flash_variant};
 
 use burn::tensor::{Bool, Int, Tensor};
 
@@ -105,6 +110,9 @@ impl Window {
 
 /// Where the queries and keys sit.
 #[derive(Clone, Debug)]
+// Built once per call and passed by reference: boxing the explicit tensors would only change
+// the public enum.
+#[allow(clippy::large_enum_variant)]
 pub enum AttentionPositions {
     /// Query `i` at `query + i`, key `j` at `key + j`: a whole sequence (both 0), a decoding
     /// step (`query` = the cached length), a rolling cache (`key` = the first kept position).
@@ -271,7 +279,7 @@ fn tile_rows(
 /// Where [`crate::fused_covers`] the device the forward is one kernel call: a CubeCL flash
 /// kernel on wgpu and CUDA, multi-threaded host code with gemm block products on flex and
 /// ndarray; either computes the bias and masks inside its tiles and keeps no score in device
-/// memory (`attention/cube.rs`, `attention/host.rs`). Elsewhere it is the tensor-op tiles of
+/// memory (`attention/cube/`, `attention/host.rs`). Elsewhere it is the tensor-op tiles of
 /// [`reference_attention`], whose memory is one tile's scores, `batch x n_heads x tile x keys`.
 /// On an autodiff device the op is one graph node that keeps its inputs, its output and one
 /// log-sum-exp per query row (the kernel's), and recomputes each tile's probabilities in the
@@ -289,7 +297,9 @@ fn tile_rows(
 ///
 /// # Panics
 ///
-/// On shapes that do not fit together as above or as [`AttendOptions`] documents.
+/// On shapes that do not fit together as above or as [`AttendOptions`] documents, and when the
+/// environment variable `BURN_POSITIONAL_FLASH` holds something else than `auto`,
+/// `registers` or `shared` (see [`FlashVariant`]).
 ///
 /// ```
 /// use burn::prelude::*;
@@ -565,6 +575,7 @@ fn run(
         scale: options.scale.unwrap_or(1.0 / (d_head as f64).sqrt()),
         softcap: options.softcap,
         lse: false,
+        variant: variant::requested(),
     };
     args.tile = tile_rows(options.tile_rows, batch, n_heads, seq_k, &args);
     if fused && crate::fused_covers(&device) {

@@ -56,6 +56,9 @@ pub(crate) struct TileArgs {
     /// Whether the caller reads the log-sum-exp output (the autodiff op's forward). The
     /// kernels always write it; the tensor-op default body computes it only when asked.
     pub lse: bool,
+    /// The CubeCL kernel the caller asked for (captured when the op is called, so that a
+    /// lazily executed op runs its caller's choice); unread elsewhere.
+    pub variant: super::FlashVariant,
 }
 
 /// The tensors besides q, k, v that a tile reads: explicit positions, segment ids, padding.
@@ -484,6 +487,7 @@ mod tests {
             scale: 1.0,
             softcap: None,
             lse: false,
+            variant: crate::attention::FlashVariant::Auto,
         }
     }
 

@@ -1,0 +1,597 @@
+//! The attention as one CubeCL kernel (wgpu, CUDA): FlashAttention-2's loop with the bias and
+//! the masks computed inside it, in two variants that compute the same numbers:
+//!
+//! - `registers.rs`, tuned on lavapipe (the CPU-emulated Vulkan of CI): no shared memory, each
+//!   unit keeps a few query rows in registers and reads keys and values from device memory;
+//! - `shared.rs`, shaped for a discrete GPU: key and value blocks staged in shared memory by
+//!   all the units of a cube, one or two query rows per unit, cubes of whole planes.
+//!
+//! [`FlashVariant`](super::FlashVariant) picks one (`variant.rs`: by the adapter, or forced).
+//! This file holds what both share: the launch's run-time values ([`Scalars`]), the per-score
+//! formula (positions, masks, bias, softcap: [`final_score`]), a unit's query rows ([`Rows`])
+//! and their online softmax ([`fold_block`]), and the host side ([`launch`]): checks, outputs,
+//! flags, the choice, the launch.
+//!
+//! Both compute in f32 whatever the storage dtype, as the host kernel. A cube takes one tile:
+//! `rows` query rows of each of the `group` heads that share one key/value head of one sequence,
+//! so the group's units read the same key and value rows.
+
+// Kernel code is CubeCL's Rust subset: one argument per launch value.
+#![allow(clippy::too_many_arguments)]
+
+mod registers;
+mod shared;
+
+use burn::backend::{TensorMetadata, cubecl::dtype_to_storage_type};
+use burn::tensor::{DType, Shape};
+use burn_cubecl::{kernel::into_contiguous, ops::numeric::empty_device_dtype, tensor::CubeTensor};
+use cubecl::prelude::*;
+
+use super::check_sizes;
+use super::tile::{BiasKind, TileArgs};
+use super::variant::{FlashVariant, count_launch, resolve};
+
+/// A hidden score (WGSL has no infinity literal): `exp(HIDDEN - m)` is 0 for any real `m`.
+const HIDDEN: f32 = -1.0e30;
+/// A running maximum below this has seen no key.
+const UNSEEN: f32 = -1.0e29;
+/// Bits of [`Scalars::flags`].
+const ALIBI: u32 = 1;
+const BY_DISTANCE: u32 = 2;
+const CAUSAL: u32 = 4;
+const WINDOW: u32 = 8;
+const EXPLICIT: u32 = 16;
+const SEGMENTED: u32 = 32;
+const PADDED: u32 = 64;
+const CAPPED: u32 = 128;
+
+/// Keys scored before the online softmax rescales a row (one rescale per block).
+const KEY_BLOCK: usize = 8;
+/// Sequential positions, window sizes and explicit positions stay below this, so that the
+/// kernel's i32 sums of two never overflow.
+const POSITION_LIMIT: usize = 1 << 30;
+
+/// The launch's run-time values, uniform across it: one compiled kernel per head width and
+/// group serves every option (the `flags`).
+#[derive(CubeType, CubeLaunch, Clone)]
+struct Scalars {
+    n_heads: u32,
+    seq_q: u32,
+    seq_k: u32,
+    /// Query rows per head in one cube.
+    rows: u32,
+    query_offset: i32,
+    key_offset: i32,
+    before: i32,
+    after: i32,
+    reach: i32,
+    /// 1 when explicit positions are `[1, seq_q + seq_k]`, shared by the batch.
+    positions_shared: u32,
+    scale: f32,
+    softcap: f32,
+    /// The storage dtype's lowest finite value: the log-sum-exp of a row that sees nothing.
+    lowest: f32,
+    flags: u32,
+}
+
+/// A cube's geometry, chosen by its variant.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    /// Query rows per unit.
+    per_unit: usize,
+    /// Query rows per head in one cube (`units_per_head * per_unit`).
+    rows: usize,
+    /// Units per cube.
+    units: usize,
+    /// Keys staged in shared memory per block (the shared variant), or `None` (registers).
+    stage: Option<usize>,
+}
+
+/// The row of the positions tensor that sequence `b` reads (row 0 when shared).
+#[cube]
+fn position_row(p: &Scalars, b: usize) -> usize {
+    let mut row = b;
+    if p.positions_shared == 1 {
+        row = 0;
+    }
+    row * (p.seq_q as usize + p.seq_k as usize)
+}
+
+/// Where query row `i` of sequence `b` sits and its segment: `(position, segment)`.
+#[cube]
+fn query_place<I: Int, J: Int>(
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    p: &Scalars,
+    b: usize,
+    i: usize,
+) -> (i32, i32) {
+    let seq_q = p.seq_q as usize;
+    let mut position = p.query_offset + i as i32;
+    let mut segment = 0i32;
+    if i < seq_q {
+        if (p.flags & EXPLICIT) != 0 {
+            position = i32::cast_from(positions[position_row(p, b) + i]);
+        }
+        if (p.flags & SEGMENTED) != 0 {
+            segment = i32::cast_from(segments[b * (seq_q + p.seq_k as usize) + i]);
+        }
+    }
+    (position, segment)
+}
+
+/// Where key `j` of sequence `b` sits, whether it may be seen (`in_range` and not padding) and
+/// its segment: `(position, seen, segment)`. Nothing is read unless `in_range`.
+#[cube]
+fn key_place<I: Int, J: Int, P: Numeric>(
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    padding: &Tensor<P>,
+    p: &Scalars,
+    b: usize,
+    j: usize,
+    in_range: bool,
+) -> (i32, bool, i32) {
+    let seq_q = p.seq_q as usize;
+    let seq_k = p.seq_k as usize;
+    let mut position = p.key_offset + j as i32;
+    let mut seen = in_range;
+    let mut segment = 0i32;
+    if in_range {
+        if (p.flags & EXPLICIT) != 0 {
+            position = i32::cast_from(positions[position_row(p, b) + seq_q + j]);
+        }
+        if (p.flags & PADDED) != 0 {
+            seen = padding[b * seq_k + j] == P::from_int(0);
+        }
+        if (p.flags & SEGMENTED) != 0 {
+            segment = i32::cast_from(segments[b * (seq_q + seq_k) + seq_q + j]);
+        }
+    }
+    (position, seen, segment)
+}
+
+/// The keys `k_lo..k_hi` the tile of rows `r0..r0 + rows` can see (sequential positions: the
+/// causal mask and the window prune them; with explicit ones, all).
+#[cube]
+fn key_range(p: &Scalars, r0: usize) -> (usize, usize) {
+    let seq_q = p.seq_q as usize;
+    let mut k_lo = 0i32;
+    let mut k_hi = p.seq_k as i32;
+    if (p.flags & EXPLICIT) == 0 {
+        let last_row = min(r0 + p.rows as usize, seq_q) - 1;
+        let first = p.query_offset + r0 as i32;
+        let last = p.query_offset + last_row as i32;
+        let causal = (p.flags & CAUSAL) != 0;
+        if causal {
+            k_hi = min(k_hi, last - p.key_offset + 1);
+        }
+        if (p.flags & WINDOW) != 0 {
+            k_lo = max(k_lo, first - p.before - p.key_offset);
+            if !causal {
+                k_hi = min(k_hi, last + p.after - p.key_offset + 1);
+            }
+        }
+    }
+    (max(k_lo, 0) as usize, max(k_hi, 0) as usize)
+}
+
+/// Head `head`'s ALiBi slope (0 without ALiBi) and the start of its row of the bias table.
+#[cube]
+fn head_bias<F: Float, C: Float>(bias: &Tensor<F>, p: &Scalars, head: usize) -> (C, usize) {
+    let mut slope = C::new(0.0);
+    if (p.flags & ALIBI) != 0 {
+        slope = C::cast_from(bias[head]);
+    }
+    (slope, head * (2 * p.reach as usize + 1))
+}
+
+/// The score `x = scale q . k` of a query and a key made final: softcap, bias from
+/// `rel = key position - query position`, and [`HIDDEN`] where a mask hides the key (`seen`:
+/// the key is in range, not padding, and the query row exists).
+#[cube]
+fn final_score<F: Float, C: Float>(
+    x: C,
+    rel: i32,
+    seen: bool,
+    q_segment: i32,
+    k_segment: i32,
+    bias: &Tensor<F>,
+    slope: C,
+    table_base: usize,
+    p: &Scalars,
+) -> C {
+    let flags = p.flags;
+    let mut x = x;
+    if (flags & CAPPED) != 0 {
+        x = C::tanh(x / C::cast_from(p.softcap)) * C::cast_from(p.softcap);
+    }
+    let mut seen = seen;
+    let causal = (flags & CAUSAL) != 0;
+    if causal {
+        seen = seen && rel <= 0;
+    }
+    if (flags & WINDOW) != 0 {
+        seen = seen && rel >= -p.before;
+        if !causal {
+            seen = seen && rel <= p.after;
+        }
+    }
+    if (flags & SEGMENTED) != 0 {
+        seen = seen && k_segment == q_segment;
+    }
+    if (flags & ALIBI) != 0 {
+        let mut distance = rel;
+        if rel < 0 {
+            distance = -rel;
+        }
+        x -= slope * C::cast_from(distance);
+    }
+    if (flags & BY_DISTANCE) != 0 {
+        let at = min(max(rel, -p.reach), p.reach) + p.reach;
+        x += C::cast_from(bias[table_base + at as usize]);
+    }
+    if !seen {
+        x = C::new(HIDDEN);
+    }
+    x
+}
+
+/// A unit's `per_unit` query rows: scaled (`q`, `[per_unit, d_head]`), their running maximum
+/// `m`, sum `l` and output `acc` (`[per_unit, d_v]`), their positions and segments.
+#[derive(CubeType)]
+struct Rows<C: Float> {
+    q: Array<C>,
+    acc: Array<C>,
+    m: Array<C>,
+    l: Array<C>,
+    position: Array<i32>,
+    segment: Array<i32>,
+}
+
+/// `per_unit` query rows from `i0` of head `head` of sequence `b` (none past `seq_q`), with
+/// their running state cleared.
+#[cube]
+fn start_rows<F: Float, C: Float, I: Int, J: Int>(
+    q: &Tensor<F>,
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    p: &Scalars,
+    b: usize,
+    head: usize,
+    i0: usize,
+    #[comptime] per_unit: usize,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+) -> Rows<C> {
+    let seq_q = p.seq_q as usize;
+    let mut rows = Rows::<C> {
+        q: Array::<C>::new(comptime!(per_unit * d_head)),
+        acc: Array::<C>::new(comptime!(per_unit * d_v)),
+        m: Array::<C>::new(per_unit),
+        l: Array::<C>::new(per_unit),
+        position: Array::<i32>::new(per_unit),
+        segment: Array::<i32>::new(per_unit),
+    };
+    #[unroll]
+    for t in 0..per_unit {
+        let i = i0 + t;
+        let q_base = ((b * p.n_heads as usize + head) * seq_q + i) * d_head;
+        #[unroll]
+        for d in 0..d_head {
+            let mut x = C::new(0.0);
+            if i < seq_q {
+                x = C::cast_from(q[q_base + d]) * C::cast_from(p.scale);
+            }
+            rows.q[t * d_head + d] = x;
+        }
+        #[unroll]
+        for d in 0..d_v {
+            rows.acc[t * d_v + d] = C::new(0.0);
+        }
+        rows.m[t] = C::new(HIDDEN);
+        rows.l[t] = C::new(0.0);
+        let (position, segment) = query_place(positions, segments, p, b, i);
+        rows.position[t] = position;
+        rows.segment[t] = segment;
+    }
+    rows
+}
+
+/// Key `c` of a block (`s[t * block + c]` holding its `scale q . k` for each row) made final
+/// for every row: see [`final_score`]. `i0` is the first row's query index.
+#[cube]
+fn score_rows<F: Float, C: Float>(
+    s: &mut Array<C>,
+    rows: &Rows<C>,
+    c: usize,
+    key_position: i32,
+    key_seen: bool,
+    key_segment: i32,
+    i0: usize,
+    bias: &Tensor<F>,
+    slope: C,
+    table_base: usize,
+    p: &Scalars,
+    #[comptime] per_unit: usize,
+    #[comptime] block: usize,
+) {
+    #[unroll]
+    for t in 0..per_unit {
+        s[t * block + c] = final_score::<F, C>(
+            s[t * block + c],
+            key_position - rows.position[t],
+            key_seen && i0 + t < p.seq_q as usize,
+            rows.segment[t],
+            key_segment,
+            bias,
+            slope,
+            table_base,
+            p,
+        );
+    }
+}
+
+/// The online softmax over one block, row by row: each row's scores `s[t * block..][..block]`
+/// rescale what it summed so far by the block's maximum, then become their weights.
+#[cube]
+fn fold_block<C: Float>(
+    s: &mut Array<C>,
+    rows: &mut Rows<C>,
+    #[comptime] per_unit: usize,
+    #[comptime] block: usize,
+    #[comptime] d_v: usize,
+) {
+    #[unroll]
+    for t in 0..per_unit {
+        let mut block_max = C::new(HIDDEN);
+        #[unroll]
+        for c in 0..block {
+            block_max = max(block_max, s[t * block + c]);
+        }
+        let m_new = max(rows.m[t], block_max);
+        let seen = m_new > C::new(UNSEEN);
+        if seen {
+            let correction = C::exp(rows.m[t] - m_new);
+            rows.l[t] *= correction;
+            #[unroll]
+            for d in 0..d_v {
+                rows.acc[t * d_v + d] *= correction;
+            }
+            rows.m[t] = m_new;
+        }
+        #[unroll]
+        for c in 0..block {
+            let mut w = C::new(0.0);
+            if seen {
+                w = C::exp(s[t * block + c] - m_new);
+            }
+            rows.l[t] += w;
+            s[t * block + c] = w;
+        }
+    }
+}
+
+/// The rows written out (query `i0 + t` of head `head`, sequence `b`; none past `seq_q`):
+/// `acc / l` and `m + ln l` (zeros and the dtype's lowest value for a row that saw no key).
+#[cube]
+fn write_rows<F: Float, C: Float>(
+    output: &mut Tensor<F>,
+    lse: &mut Tensor<F>,
+    rows: &Rows<C>,
+    p: &Scalars,
+    b: usize,
+    head: usize,
+    i0: usize,
+    #[comptime] per_unit: usize,
+    #[comptime] d_v: usize,
+) {
+    #[unroll]
+    for t in 0..per_unit {
+        let i = i0 + t;
+        if i < p.seq_q as usize {
+            let row = (b * p.n_heads as usize + head) * p.seq_q as usize + i;
+            let mut inv = C::new(0.0);
+            let mut log_sum = C::cast_from(p.lowest);
+            if rows.l[t] > C::new(0.0) {
+                inv = C::new(1.0) / rows.l[t];
+                log_sum = rows.m[t] + C::ln(rows.l[t]);
+            }
+            #[unroll]
+            for d in 0..d_v {
+                output[row * d_v + d] = F::cast_from(rows.acc[t * d_v + d] * inv);
+            }
+            lse[row] = F::cast_from(log_sum);
+        }
+    }
+}
+
+/// The kernels' tensors, contiguous, as launch arguments.
+struct Operands {
+    q: TensorArg,
+    k: TensorArg,
+    v: TensorArg,
+    bias: TensorArg,
+    padding: TensorArg,
+    positions: TensorArg,
+    segments: TensorArg,
+    output: TensorArg,
+    lse: TensorArg,
+}
+
+/// Host side: checks shapes, makes inputs contiguous, allocates the output and the
+/// log-sum-exp, picks the variant (`args.variant`, `Auto` by the adapter) and launches its
+/// kernel once.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch(
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    bias: CubeTensor,
+    padding: CubeTensor,
+    positions: CubeTensor,
+    segments: CubeTensor,
+    args: &TileArgs,
+) -> (CubeTensor, CubeTensor) {
+    let sizes = check_sizes(
+        &q.shape().dims::<4>(),
+        &k.shape().dims::<4>(),
+        &v.shape().dims::<4>(),
+    );
+    let client = q.client.clone();
+    let dtype = q.dtype;
+    assert!(
+        k.dtype == dtype && v.dtype == dtype && bias.dtype == dtype,
+        "tiled_attention: q, k, v and the bias must share one float dtype, got {:?}, {:?}, {:?} \
+         and {:?}",
+        dtype,
+        k.dtype,
+        v.dtype,
+        bias.dtype
+    );
+    let output = empty_device_dtype(
+        client.clone(),
+        q.device.clone(),
+        Shape::new([sizes.batch, sizes.n_heads, sizes.seq_q, sizes.d_v]),
+        dtype,
+    );
+    let lse = empty_device_dtype(
+        client.clone(),
+        q.device.clone(),
+        Shape::new([sizes.batch, sizes.n_heads, sizes.seq_q, 1]),
+        dtype,
+    );
+    if sizes.batch * sizes.n_heads * sizes.seq_q == 0 {
+        return (output, lse);
+    }
+    assert!(
+        sizes.seq_k > 0,
+        "tiled_attention: the kernel needs at least one key (the entry point returns zeros)"
+    );
+    let limit = |v: usize, what: &str| {
+        assert!(
+            v < POSITION_LIMIT,
+            "tiled_attention: {what} = {v} reaches the kernel's position limit {POSITION_LIMIT}"
+        );
+        v as i32
+    };
+    limit(args.query_offset + sizes.seq_q, "the last query position");
+    limit(args.key_offset + sizes.seq_k, "the last key position");
+    let group = sizes.n_heads / sizes.n_kv_heads;
+    let properties = client.properties();
+    let plan = match resolve(args.variant, &properties.identity) {
+        FlashVariant::Shared => shared::plan(&sizes, group, dtype.size(), &properties.hardware),
+        _ => None,
+    }
+    .unwrap_or_else(|| registers::plan(&sizes, group));
+    count_launch(plan.stage.is_some());
+    let window = args.window;
+    let clamp = |w: usize| w.min(POSITION_LIMIT) as i32;
+    let (alibi, by_distance, reach) = match args.kind {
+        BiasKind::None => (false, false, 0),
+        BiasKind::Alibi => (true, false, 0),
+        BiasKind::ByDistance { reach } => (false, true, limit(reach, "the bias's reach")),
+    };
+    let positions_shared = u32::from(args.explicit && positions.shape().dims::<2>()[0] == 1);
+    let int_type = |t: &CubeTensor| dtype_to_storage_type(t.dtype);
+    let dtypes = [
+        dtype_to_storage_type(dtype),
+        dtype_to_storage_type(DType::F32),
+        int_type(&positions),
+        int_type(&segments),
+        int_type(&padding),
+    ];
+    let u32_of = |v: usize, what: &str| {
+        u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
+    };
+    let flags = [
+        (alibi, ALIBI),
+        (by_distance, BY_DISTANCE),
+        (args.causal, CAUSAL),
+        (window.is_some(), WINDOW),
+        (args.explicit, EXPLICIT),
+        (args.segments, SEGMENTED),
+        (args.padded, PADDED),
+        (args.softcap.is_some(), CAPPED),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .fold(0, |flags, (_, bit)| flags | bit);
+    let scalars = ScalarsLaunch::new(
+        u32_of(sizes.n_heads, "n_heads"),
+        u32_of(sizes.seq_q, "seq_q"),
+        u32_of(sizes.seq_k, "seq_k"),
+        u32_of(plan.rows, "rows"),
+        limit(args.query_offset, "the first query position"),
+        limit(args.key_offset, "the first key position"),
+        window.map_or(0, |w| clamp(w.before)),
+        window.map_or(0, |w| clamp(w.after)),
+        reach,
+        positions_shared,
+        args.scale as f32,
+        args.softcap.unwrap_or(1.0) as f32,
+        dtype.finfo().map_or(f32::MIN, |f| f.min as f32),
+        flags,
+    );
+    let count = CubeCount::Static(
+        u32_of(sizes.seq_q.div_ceil(plan.rows), "the query tiles"),
+        u32_of(sizes.n_kv_heads, "n_kv_heads"),
+        u32_of(sizes.batch, "batch"),
+    );
+    let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
+    let o = Operands {
+        q: contiguous(q),
+        k: contiguous(k),
+        v: contiguous(v),
+        bias: contiguous(bias),
+        padding: contiguous(padding),
+        positions: contiguous(positions),
+        segments: contiguous(segments),
+        output: output.clone().into_tensor_arg(),
+        lse: lse.clone().into_tensor_arg(),
+    };
+    // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; every
+    // read of q, the output and the log-sum-exp is guarded by `i < seq_q`; k and v are read at
+    // keys `j < k_hi <= seq_k` of this cube's (sequence, kv head); the bias at head
+    // `h < n_heads` (slopes) or `h * (2 reach + 1) + [0, 2 reach]` (table); positions at row 0
+    // or `b` of `[1 or batch, seq_q + seq_k]`, segments at row `b` of `[batch, seq_q + seq_k]`
+    // and padding at row `b` of `[batch, seq_k]`, each only when `args` says it is given (the
+    // api checked those shapes). The shared variant's plan fits the device's shared memory and
+    // cube size. Both kernels take the same arguments; the fifth comptime one is the keys per
+    // block (registers) or per stage (shared).
+    macro_rules! launch_with {
+        ($kernel:path, $keys:expr) => {
+            unsafe {
+                $kernel(
+                    &client,
+                    count,
+                    CubeDim::new_1d(u32_of(plan.units, "the cube's units")),
+                    o.q,
+                    o.k,
+                    o.v,
+                    o.bias,
+                    o.padding,
+                    o.positions,
+                    o.segments,
+                    o.output,
+                    o.lse,
+                    scalars,
+                    sizes.d_head,
+                    sizes.d_v,
+                    plan.per_unit,
+                    $keys,
+                    group,
+                    dtypes,
+                )
+            }
+        };
+    }
+    match plan.stage {
+        Some(stage) => launch_with!(shared::flash_shared_kernel::launch_unchecked, stage),
+        None => launch_with!(
+            registers::flash_registers_kernel::launch_unchecked,
+            KEY_BLOCK
+        ),
+    }
+    (output, lse)
+}
