@@ -122,7 +122,7 @@ fn attention_panels(trained: &Trained, device: &Device) -> Vec<Heatmap> {
         .collect()
 }
 
-fn main() {
+pub fn main() {
     // SAFETY: first thing in `main`, before any thread starts.
     unsafe { burn_positional_examples::device::quiet_headless_vulkan() };
     let args = Args::parse();

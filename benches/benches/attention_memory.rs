@@ -33,6 +33,7 @@
 //! and the spelled-out forward at `MAX_SPELLED` (8192); the tiled blocks go up to `MAX_SEQ`
 //! (16384).
 
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Instant;
 
@@ -310,7 +311,7 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
     );
 }
 
-fn main() {
+pub fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `--adapter NAME`: open the device and print what it is (the GPU kit's first check).
     if let Some(at) = args.iter().position(|a| a == "--adapter") {
@@ -343,6 +344,9 @@ fn main() {
         .filter(|&n| n <= max_seq)
         .collect();
     let me = std::env::current_exe().unwrap();
+    // The name this program was called by, passed on to its children: the GPU kit's multi-call
+    // binary (tools/gpu/kit) picks the program by it.
+    let name = std::env::args().next().unwrap_or_default();
     let tables: Vec<(&str, &[&str])> = match std::env::var("TABLE").as_deref() {
         Ok("schemes") => vec![("schemes", &SCHEMES[..])],
         Ok("grouped") => vec![("grouped heads and windows", &GROUPED[..])],
@@ -385,6 +389,7 @@ fn main() {
                             continue;
                         }
                         let out = Command::new(&me)
+                            .arg0(&name)
                             .args(["--case", device, scheme, &seq.to_string()])
                             .arg(if backward { "backward" } else { "forward" })
                             .output()

@@ -42,13 +42,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PARTS = ["setup", "adapter", "tests", "embedding", "rope", "attention", "dog_bites_man", "generation"]
 
 # The test binaries and the package folder each runs in (their fixtures are found from there).
+# `test-kernels` is the kernels' flash, rope and fused tests in one binary (tools/gpu/kit).
 TESTS = [
+    ("test-kernels", "crates/burn-positional-kernels"),
     ("test-behaviour", "crates/burn-positional"),
-    ("test-flash", "crates/burn-positional-kernels"),
-    ("test-rope", "crates/burn-positional-kernels"),
-    ("test-fused_vs_reference", "crates/burn-positional-kernels"),
     ("test-families", "crates/burn-positional-models"),
 ]
+# The programs of the multi-call binary `gpu-kit` (tools/gpu/kit/main.rs), each a link to it.
+PROGRAMS = ["bench-embedding", "bench-rope", "bench-attention_memory", "example-dog_bites_man",
+            "example-generation_speed"]
+# The two folders `tools/gpu/build` makes, each small enough to carry in one device call.
+VOLUMES = [("gpu-kit", "bin.tar.xz"), ("gpu-kit-tests", "tests.tar.xz")]
 
 
 class Fatal(Exception):
@@ -95,10 +99,18 @@ class Kit:
         with open(path, errors="replace") as f:
             return code, f.read()
 
+    def find(self, name):
+        for folder in ("bin", "tests"):
+            path = os.path.join(self.work, folder, name)
+            if os.path.exists(path):
+                return path
+        return None
+
     def exe(self, name):
-        path = os.path.join(self.bin, name)
-        if not os.path.exists(path):
-            raise Fatal(f"{name} is not in the kit: rebuild it with `bash tools/gpu/build`")
+        path = self.find(name)
+        if not path:
+            raise Fatal(f"{name} is not in the kit folders carried to this call (gpu-kit has the "
+                        "benches, examples and the kernels' tests; gpu-kit-tests the others)")
         return path
 
     @contextlib.contextmanager
@@ -132,17 +144,30 @@ class Kit:
     # ---------------------------------------------------------------- the parts
 
     def setup(self, data):
-        kit = os.path.join(ROOT, "gpu-kit")
-        archive = os.path.join(kit, "bin.tar.xz")
-        if not os.path.exists(archive):
-            raise Fatal(f"{archive} is missing: build the kit here with `bash tools/gpu/build` "
-                        "and carry `gpu-kit`")
-        shutil.rmtree(self.bin, ignore_errors=True)
-        with tarfile.open(archive, "r:xz") as t:
-            t.extractall(self.work, filter="tar") if sys.version_info >= (3, 12) else t.extractall(self.work)
-        data["binaries"] = sorted(os.listdir(self.bin))
-        with open(os.path.join(kit, "build.json")) as f:
-            data["build"] = json.load(f)
+        carried = [(os.path.join(ROOT, folder), archive) for folder, archive in VOLUMES
+                   if os.path.exists(os.path.join(ROOT, folder, archive))]
+        if not carried:
+            raise Fatal("neither gpu-kit/bin.tar.xz nor gpu-kit-tests/tests.tar.xz is here: build "
+                        "the kit with `bash tools/gpu/build` and carry one of the folders")
+        data["binaries"] = []
+        for kit, archive in carried:
+            with tarfile.open(os.path.join(kit, archive), "r:xz") as t:
+                members = t.getmembers()
+                for folder in {m.name.split("/")[0] for m in members}:
+                    shutil.rmtree(os.path.join(self.work, folder), ignore_errors=True)
+                if sys.version_info >= (3, 12):
+                    t.extractall(self.work, filter="tar")
+                else:
+                    t.extractall(self.work)
+            data["binaries"] += [m.name for m in members if m.isfile()]
+            with open(os.path.join(kit, "build.json")) as f:
+                data["build"] = json.load(f)
+        if self.find("gpu-kit"):
+            for program in PROGRAMS:
+                link = os.path.join(self.bin, program)
+                if not os.path.lexists(link):
+                    os.symlink("gpu-kit", link)
+        print("carried:", ", ".join(data["binaries"]))
         # The test binaries find their fixtures under the folder they were built in.
         built = data["build"]["root"]
         if os.path.realpath(built) != ROOT:
@@ -158,7 +183,7 @@ class Kit:
         # The Vulkan loader, where the machine lacks it (the device README's recipe).
         ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
         if "libvulkan.so.1" not in ldconfig:
-            debs = glob.glob(os.path.join(kit, "gl", "*.deb"))
+            debs = glob.glob(os.path.join(carried[0][0], "gl", "*.deb"))
             if not debs:
                 raise Fatal("no libvulkan.so.1 here and no loader packages in gpu-kit/gl")
             for deb in debs:
@@ -191,6 +216,12 @@ class Kit:
         data["cpus"] = os.cpu_count()
 
     def adapter(self, data):
+        if not self.find("gpu-kit"):
+            # The tests' call (gpu-kit-tests alone): every wgpu test opens the default adapter,
+            # and the GPU machine has no CPU adapter to fall back to (no Mesa there).
+            data["wgpu"] = "not checked: gpu-kit (which opens it) was not carried in this call"
+            print(data["wgpu"])
+            return
         code, text = self.sh([self.exe("bench-attention_memory"), "--adapter", "wgpu"],
                              "adapter.log", timeout=120)
         line = next((l for l in text.splitlines() if l.startswith("wgpu, adapter:")), None)
@@ -213,6 +244,9 @@ class Kit:
         # shapes would each time every candidate kernel: the least tuning there.
         env = dict(self.env, CUBECL_AUTOTUNE_LEVEL="minimal")
         for name, package in TESTS:
+            if not self.find(name):
+                print(f"{name}: not carried in this call")
+                continue
             start = time.time()
             code, text = self.sh([self.exe(name)], f"{name}.log", cwd=os.path.join(built, package),
                                  timeout=self.args.test_timeout, env=env)

@@ -38,7 +38,7 @@ struct Args {
     device: DeviceChoice,
 }
 
-fn main() -> Result<(), String> {
+pub fn main() -> Result<(), String> {
     let args = Args::parse();
     let opened = open(args.device)?;
     let device = opened.device;
