@@ -15,6 +15,7 @@
 
 use std::path::PathBuf;
 
+use burn::tensor::FloatDType;
 use burn_positional_examples::device::{DeviceChoice, open};
 use burn_positional_models::{generate, load_causal_lm};
 use clap::Parser;
@@ -36,12 +37,39 @@ struct Args {
     /// flex, ndarray, wgpu.
     #[arg(long, default_value = "flex")]
     device: DeviceChoice,
+    /// The compute dtype, f32, f16 or bf16: the device's default float dtype, set before the
+    /// model is built. Default: the dtype the checkpoint's config.json names (`dtype`, or
+    /// `torch_dtype`), else f32.
+    #[arg(long)]
+    dtype: Option<String>,
+}
+
+/// The dtype `--dtype` names, or the checkpoint's own (`dtype` or `torch_dtype` in config.json).
+fn compute_dtype(args: &Args) -> Result<FloatDType, String> {
+    let saved = || -> Option<String> {
+        let text = std::fs::read_to_string(args.dir.join("config.json")).ok()?;
+        let config: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let name = config.get("dtype").or_else(|| config.get("torch_dtype"))?;
+        name.as_str().map(str::to_owned)
+    };
+    match args.dtype.clone().or_else(saved).as_deref() {
+        None | Some("f32" | "float32") => Ok(FloatDType::F32),
+        Some("f16" | "float16") => Ok(FloatDType::F16),
+        Some("bf16" | "bfloat16") => Ok(FloatDType::BF16),
+        Some(other) => Err(format!("dtype {other:?}: expected f32, f16 or bf16")),
+    }
 }
 
 pub fn main() -> Result<(), String> {
     let args = Args::parse();
     let opened = open(args.device)?;
-    let device = opened.device;
+    let mut device = opened.device;
+    let dtype = compute_dtype(&args)?;
+    if dtype != FloatDType::F32 {
+        device.configure(dtype).map_err(|e| {
+            format!("{} cannot compute in {dtype:?}: {e:?}. Fix: --dtype f32", opened.description)
+        })?;
+    }
     let model = load_causal_lm(&args.dir, &device).map_err(|e| e.to_string())?;
     // The same prompts on every run: a small linear congruential generator, seed 1.
     let mut state: u64 = 1;
@@ -61,8 +89,9 @@ pub fn main() -> Result<(), String> {
         generated.decode.as_secs_f64(),
     );
     println!(
-        "{{\"side\": \"burn-positional-models ({})\", \"model\": {:?}, \"batch\": {}, \"prompt\": {}, \"new\": {}, \"prefill_s\": {:.4}, \"prefill_tokens_per_s\": {:.1}, \"decode_s\": {:.4}, \"decode_tokens_per_s\": {:.1}, \"peak_rss_mib\": {:.1}}}",
+        "{{\"side\": \"burn-positional-models ({})\", \"dtype\": \"{:?}\", \"model\": {:?}, \"batch\": {}, \"prompt\": {}, \"new\": {}, \"prefill_s\": {:.4}, \"prefill_tokens_per_s\": {:.1}, \"decode_s\": {:.4}, \"decode_tokens_per_s\": {:.1}, \"peak_rss_mib\": {:.1}}}",
         opened.description,
+        dtype,
         args.dir
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
