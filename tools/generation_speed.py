@@ -28,7 +28,8 @@ For the GPU kit (`tools/gpu/`, docs/gpu.md), on a machine with CUDA:
 
 `llama-1b` is Llama-3.2-1B's shape (hidden 2048, 16 layers, 32 heads over 8 key/value heads,
 intermediate 8192, vocabulary 128256, tied embeddings, rope_theta 500000 with llama3 scaling),
-randomly initialised; `--layers N` shrinks any model's depth (the kit's rehearsal on a CPU).
+randomly initialised; `--layers N` and `--vocab N` shrink every model (the kit's rehearsal on
+lavapipe, whose buffers stop at 128 MiB: GPT-2's f32 table is 154 MB, Llama-3.2-1B's 1 GB).
 A folder per model and dtype (`gpt2`, `gpt2-f16`, ...): the weights saved in that dtype, which
 both sides then compute in. On CUDA, `run` synchronizes before each stamp (the streamer's copy
 of each token to the host already waits for it).
@@ -49,7 +50,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
-def configs(layers):
+def configs(layers, vocab=None):
     llama = dict(
         vocab_size=32000,
         hidden_size=768,
@@ -88,6 +89,10 @@ def configs(layers):
         gpt2["n_layer"] = layers
         llama["num_hidden_layers"] = layers
         llama_1b["num_hidden_layers"] = layers
+    if vocab:
+        gpt2["vocab_size"] = vocab
+        llama["vocab_size"] = vocab
+        llama_1b.update(vocab_size=vocab, bos_token_id=1, eos_token_id=2)
     return {
         "gpt2": lambda: GPT2LMHeadModel(GPT2Config(**gpt2)),
         "llama": lambda: LlamaForCausalLM(LlamaConfig(**llama)),
@@ -95,8 +100,8 @@ def configs(layers):
     }
 
 
-def write(root, models=("gpt2", "llama"), dtypes=("f32",), device="cpu", layers=None):
-    builders = configs(layers)
+def write(root, models=("gpt2", "llama"), dtypes=("f32",), device="cpu", layers=None, vocab=None):
+    builders = configs(layers, vocab)
     for name in models:
         torch.manual_seed(0)
         with torch.device(device):
@@ -200,6 +205,8 @@ def main():
     w.add_argument("--dtypes", default="f32", help="f32, f16, bf16")
     w.add_argument("--device", default="cpu", help="where to initialise: cpu or cuda")
     w.add_argument("--layers", type=int, default=None, help="override every model's depth")
+    w.add_argument("--vocab", type=int, default=None,
+                   help="override every model's vocabulary (lavapipe's buffers stop at 128 MiB)")
     r = sub.add_parser("run")
     r.add_argument("path")
     r.add_argument("--batch", type=int, default=1)
@@ -211,7 +218,8 @@ def main():
                    help="compute dtype (default: the dtype the weights were saved in)")
     args = parser.parse_args()
     if args.command == "write":
-        write(args.root, args.models.split(","), args.dtypes.split(","), args.device, args.layers)
+        write(args.root, args.models.split(","), args.dtypes.split(","), args.device, args.layers,
+              args.vocab)
     else:
         run(args.path, args.batch, args.prompt, args.new, args.threads, args.device, args.dtype)
 
