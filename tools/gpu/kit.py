@@ -400,7 +400,10 @@ class Kit:
                                          timeout=self.args.case_timeout * 3)
                     line = next((l for l in text.splitlines() if l.startswith("{")), None)
                     if code == 0 and line:
-                        row.update(json.loads(line), status="ok")
+                        # Both programs name their side too: keep ours/pytorch as the key.
+                        measured = json.loads(line)
+                        row["program"] = measured.pop("side", None)
+                        row.update(measured, status="ok")
                     else:
                         row["status"] = f"failed (exit {code}): {panic_line(text)}"
                     print(f"{side} {model} batch {batch}: decode "
