@@ -38,9 +38,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use burn::prelude::*;
-use burn::tensor::{DType, Distribution};
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{DType, Distribution};
 use burn_positional::{AttendOptions, AttentionInput, KvCache, SelfAttentionConfig, attend};
 use burn_positional_examples::device::{DeviceChoice, open};
 
@@ -315,7 +315,9 @@ pub fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `--adapter NAME`: open the device and print what it is (the GPU kit's first check).
     if let Some(at) = args.iter().position(|a| a == "--adapter") {
-        let choice: DeviceChoice = args[at + 1].parse().unwrap_or_else(|e: String| panic!("{e}"));
+        let choice: DeviceChoice = args[at + 1]
+            .parse()
+            .unwrap_or_else(|e: String| panic!("{e}"));
         let opened = open(choice).unwrap_or_else(|reason| panic!("{reason}"));
         println!("{}\t{}", opened.description, opened.is_gpu);
         return;

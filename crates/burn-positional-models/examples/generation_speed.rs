@@ -67,7 +67,10 @@ pub fn main() -> Result<(), String> {
     let dtype = compute_dtype(&args)?;
     if dtype != FloatDType::F32 {
         device.configure(dtype).map_err(|e| {
-            format!("{} cannot compute in {dtype:?}: {e:?}. Fix: --dtype f32", opened.description)
+            format!(
+                "{} cannot compute in {dtype:?}: {e:?}. Fix: --dtype f32",
+                opened.description
+            )
         })?;
     }
     let model = load_causal_lm(&args.dir, &device).map_err(|e| e.to_string())?;
