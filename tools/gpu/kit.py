@@ -59,8 +59,6 @@ QUICK_FILTERS = {
 # The programs of the multi-call binary `gpu-kit` (tools/gpu/kit/main.rs), each a link to it.
 PROGRAMS = ["bench-embedding", "bench-rope", "bench-attention_memory", "example-dog_bites_man",
             "example-generation_speed"]
-# What `tools/gpu/build` makes: one folder, one archive of the four binaries.
-VOLUMES = [("gpu-kit", "bin.tar.xz")]
 
 
 class Fatal(Exception):
@@ -107,16 +105,9 @@ class Kit:
         with open(path, errors="replace") as f:
             return code, f.read()
 
-    def find(self, name):
-        for folder in ("bin", "tests"):
-            path = os.path.join(self.work, folder, name)
-            if os.path.exists(path):
-                return path
-        return None
-
     def exe(self, name):
-        path = self.find(name)
-        if not path:
+        path = os.path.join(self.bin, name)
+        if not os.path.exists(path):
             raise Fatal(f"{name} is not in the kit: rebuild it with `bash tools/gpu/build`")
         return path
 
@@ -151,29 +142,22 @@ class Kit:
     # ---------------------------------------------------------------- the parts
 
     def setup(self, data):
-        carried = [(os.path.join(ROOT, folder), archive) for folder, archive in VOLUMES
-                   if os.path.exists(os.path.join(ROOT, folder, archive))]
-        if not carried:
-            raise Fatal("gpu-kit/bin.tar.xz is not here: build the kit with "
-                        "`bash tools/gpu/build` and carry `gpu-kit`")
-        data["binaries"] = []
-        for kit, archive in carried:
-            with tarfile.open(os.path.join(kit, archive), "r:xz") as t:
-                members = t.getmembers()
-                for folder in {m.name.split("/")[0] for m in members}:
-                    shutil.rmtree(os.path.join(self.work, folder), ignore_errors=True)
-                if sys.version_info >= (3, 12):
-                    t.extractall(self.work, filter="tar")
-                else:
-                    t.extractall(self.work)
-            data["binaries"] += [m.name for m in members if m.isfile()]
-            with open(os.path.join(kit, "build.json")) as f:
-                data["build"] = json.load(f)
-        if self.find("gpu-kit"):
-            for program in PROGRAMS:
-                link = os.path.join(self.bin, program)
-                if not os.path.lexists(link):
-                    os.symlink("gpu-kit", link)
+        kit = os.path.join(ROOT, "gpu-kit")
+        archive = os.path.join(kit, "bin.tar.xz")
+        if not os.path.exists(archive):
+            raise Fatal(f"{archive} is not here: build the kit with `bash tools/gpu/build` and "
+                        "carry `gpu-kit`")
+        shutil.rmtree(self.bin, ignore_errors=True)
+        with tarfile.open(archive, "r:xz") as t:
+            if sys.version_info >= (3, 12):
+                t.extractall(self.work, filter="tar")
+            else:
+                t.extractall(self.work)
+            data["binaries"] = [m.name for m in t.getmembers() if m.isfile()]
+        with open(os.path.join(kit, "build.json")) as f:
+            data["build"] = json.load(f)
+        for program in PROGRAMS:
+            os.symlink("gpu-kit", os.path.join(self.bin, program))
         print("carried:", ", ".join(data["binaries"]))
         # The test binaries find their fixtures under the folder they were built in.
         built = data["build"]["root"]
@@ -190,7 +174,7 @@ class Kit:
         # The Vulkan loader, where the machine lacks it (the device README's recipe).
         ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
         if "libvulkan.so.1" not in ldconfig:
-            debs = glob.glob(os.path.join(carried[0][0], "gl", "*.deb"))
+            debs = glob.glob(os.path.join(kit, "gl", "*.deb"))
             if not debs:
                 raise Fatal("no libvulkan.so.1 here and no loader packages in gpu-kit/gl")
             for deb in debs:
