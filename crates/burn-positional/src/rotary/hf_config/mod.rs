@@ -580,6 +580,14 @@ fn read_layer(
     } else {
         RopeLayout::HalfSplit
     };
+    let base_field = if rope.get("rope_theta").is_some() {
+        rope.name("rope_theta")
+    } else if model_type == "gpt_neox" {
+        "rotary_emb_base".into()
+    } else {
+        "rope_theta".into()
+    };
+    check_ranges(&rope, &base_field, base, &scaling)?;
     let config = RopeConfig::new(d_head)
         .with_base(base)
         .with_rotary_dims(Some(rotary_dims))
@@ -589,6 +597,108 @@ fn read_layer(
         .with_arithmetic(RopeArithmetic::Transformers);
     config.validate()?;
     Ok(config)
+}
+
+/// Every number of the rotary settings in the range its formula needs (transformers reads them
+/// without checks and would compute NaN or infinite angles), named by its field in config.json.
+fn check_ranges(
+    rope: &Fields,
+    base_field: &str,
+    base: f64,
+    scaling: &RopeScaling,
+) -> Result<(), HfConfigError> {
+    let refuse = |field: String, value: f64, rule: &str, fix: &str| {
+        Err(HfConfigError::Inconsistent {
+            field,
+            value: value.to_string(),
+            rule: rule.into(),
+            fix: fix.into(),
+        })
+    };
+    let positive = |key: &str, value: Option<f64>, rule: &str, fix: &str| match value {
+        Some(v) if !(v.is_finite() && v > 0.0) => refuse(rope.name(key), v, rule, fix),
+        _ => Ok(()),
+    };
+    if !(base.is_finite() && base > 0.0) {
+        return refuse(
+            base_field.into(),
+            base,
+            "the wavelength base is a finite number above 0 (the angles are \
+             position / base^(2i/d): a base of 0 or below gives NaN or infinite angles)",
+            "use the checkpoint's value, such as 10000.0 (Llama 2) or 500000.0 (Llama 3)",
+        );
+    }
+    let factor_rule = "a scaling factor is a finite number above 0 (the frequencies are \
+                       divided by it)";
+    let factor_fix = "use the checkpoint's value, such as 8.0 (Llama 3.1) or 4.0";
+    match scaling {
+        RopeScaling::Interpolation(factor) => {
+            positive("factor", Some(*factor), factor_rule, factor_fix)?
+        }
+        RopeScaling::Dynamic(d) => positive("factor", Some(d.factor), factor_rule, factor_fix)?,
+        RopeScaling::Llama3(l) => {
+            positive("factor", Some(l.factor), factor_rule, factor_fix)?;
+            let band = "llama3's band factors are finite numbers above 0 (the band edges are \
+                        original_max_position_embeddings divided by them)";
+            let fix = "use Llama 3.1's values: low_freq_factor 1.0, high_freq_factor 4.0";
+            positive("low_freq_factor", Some(l.low_freq_factor), band, fix)?;
+            positive("high_freq_factor", Some(l.high_freq_factor), band, fix)?;
+        }
+        RopeScaling::Yarn(y) => {
+            positive("factor", Some(y.factor), factor_rule, factor_fix)?;
+            positive(
+                "attention_factor",
+                y.attention_factor,
+                "yarn's attention factor scales cos and sin: a finite number above 0",
+                "leave it out (transformers then derives it from factor)",
+            )?;
+            let beta = "yarn's beta_fast and beta_slow are rotation counts, finite and above 0 \
+                        (their logarithm sets the ramp)";
+            let fix = "leave them out for transformers' defaults (32 and 1)";
+            positive("beta_fast", y.beta_fast, beta, fix)?;
+            positive("beta_slow", y.beta_slow, beta, fix)?;
+            for (key, value) in [("mscale", y.mscale), ("mscale_all_dim", y.mscale_all_dim)] {
+                if let Some(v) = value.filter(|v| !v.is_finite()) {
+                    return refuse(
+                        rope.name(key),
+                        v,
+                        "yarn's mscale values are finite numbers",
+                        "leave them out, or use the checkpoint's value",
+                    );
+                }
+            }
+        }
+        RopeScaling::LongRope(l) => {
+            positive("factor", Some(l.factor), factor_rule, factor_fix)?;
+            positive(
+                "attention_factor",
+                l.attention_factor,
+                "longrope's attention factor scales cos and sin: a finite number above 0",
+                "leave it out (transformers then derives it from factor)",
+            )?;
+            for (key, list) in [("short_factor", &l.short_factor), ("long_factor", &l.long_factor)]
+            {
+                if let Some((i, v)) = list
+                    .iter()
+                    .enumerate()
+                    .find(|(_, v)| !(v.is_finite() && **v > 0.0))
+                {
+                    return refuse(
+                        format!("{}[{i}]", rope.name(key)),
+                        *v,
+                        "longrope's per-pair factors are finite numbers above 0 (each \
+                         frequency is divided by its factor)",
+                        "use the checkpoint's lists, each entry 1.0 or more",
+                    );
+                }
+            }
+        }
+        RopeScaling::Proportional(p) => {
+            positive("factor", Some(p.factor), factor_rule, factor_fix)?
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn kind(value: &Value) -> &'static str {

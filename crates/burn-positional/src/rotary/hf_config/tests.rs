@@ -252,3 +252,98 @@ fn each_family_rotates_the_pairs_its_modeling_code_rotates() {
         "{message}"
     );
 }
+
+/// The issue's case: `rope_theta: -10000` loaded without complaint and rotated by NaN angles.
+/// Every number of the rotary settings is held to the range its formula needs, named by its
+/// field with the value and a fix.
+#[test]
+fn numbers_outside_their_range_are_refused_by_field() {
+    let cases: [(String, &str, &str); 14] = [
+        (format!(r#"{{{HEADS}, "rope_theta": -10000.0}}"#), "`rope_theta`", "-10000"),
+        (format!(r#"{{{HEADS}, "rope_theta": 0}}"#), "`rope_theta`", "is 0"),
+        (
+            format!(r#"{{{HEADS}, "rope_parameters": {{"rope_type": "default", "rope_theta": -1.0}}}}"#),
+            "`rope_parameters.rope_theta`",
+            "-1",
+        ),
+        (
+            format!(r#"{{{HEADS}, "model_type": "gpt_neox", "rotary_pct": 1.0, "rotary_emb_base": -5.0}}"#),
+            "`rotary_emb_base`",
+            "-5",
+        ),
+        (
+            format!(r#"{{{HEADS}, "rope_parameters": {{"rope_type": "linear", "factor": -2.0}}}}"#),
+            "`rope_parameters.factor`",
+            "-2",
+        ),
+        (
+            format!(r#"{{{HEADS}, "rope_parameters": {{"rope_type": "dynamic", "factor": 0.0}}}}"#),
+            "`rope_parameters.factor`",
+            "is 0",
+        ),
+        (
+            format!(
+                r#"{{{HEADS}, "rope_parameters": {{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": -1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}}}"#
+            ),
+            "`rope_parameters.low_freq_factor`",
+            "-1",
+        ),
+        (
+            format!(
+                r#"{{{HEADS}, "rope_parameters": {{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 0.0, "original_max_position_embeddings": 32}}}}"#
+            ),
+            "`rope_parameters.high_freq_factor`",
+            "is 0",
+        ),
+        (
+            format!(
+                r#"{{{HEADS}, "rope_parameters": {{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "attention_factor": -0.5}}}}"#
+            ),
+            "`rope_parameters.attention_factor`",
+            "-0.5",
+        ),
+        (
+            format!(
+                r#"{{{HEADS}, "rope_parameters": {{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 0}}}}"#
+            ),
+            "`rope_parameters.beta_fast`",
+            "is 0",
+        ),
+        (
+            format!(
+                r#"{{{HEADS}, "rope_parameters": {{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_slow": -1}}}}"#
+            ),
+            "`rope_parameters.beta_slow`",
+            "-1",
+        ),
+        (
+            format!(
+                r#"{{{HEADS}, "rope_parameters": {{"rope_type": "longrope", "original_max_position_embeddings": 32, "short_factor": [1, 1, 1, 1, 1, 1, 1, 1], "long_factor": [1, 2, 0, 1, 1, 1, 1, 1]}}}}"#
+            ),
+            "`rope_parameters.long_factor[2]`",
+            "is 0",
+        ),
+        (
+            format!(
+                r#"{{{HEADS}, "rope_parameters": {{"rope_type": "longrope", "original_max_position_embeddings": 32, "short_factor": [1, 1, 1, -3, 1, 1, 1, 1], "long_factor": [1, 1, 1, 1, 1, 1, 1, 1]}}}}"#
+            ),
+            "`rope_parameters.short_factor[3]`",
+            "-3",
+        ),
+        (
+            format!(
+                r#"{{{HEADS}, "rope_parameters": {{"rope_type": "longrope", "original_max_position_embeddings": 32, "short_factor": [1, 1, 1, 1, 1, 1, 1, 1], "long_factor": [1, 1, 1, 1, 1, 1, 1, 1], "attention_factor": 0}}}}"#
+            ),
+            "`rope_parameters.attention_factor`",
+            "is 0",
+        ),
+    ];
+    for (json, field, value) in &cases {
+        let message = error(json);
+        assert!(message.contains(field), "{json}: {message}");
+        assert!(message.contains(value), "{json}: {message}");
+        assert!(message.contains("Fix:"), "{json}: {message}");
+    }
+    // A small base is a valid (if unusual) rope: transformers computes with it, and so do we.
+    assert!(RopeConfig::from_hf_config(&format!(r#"{{{HEADS}, "rope_theta": 1e-3}}"#)).is_ok());
+}
