@@ -302,20 +302,21 @@ impl Bert {
     }
 }
 
-/// The keys of the checkpoint's `model.safetensors`, from its header.
+/// The keys of the checkpoint's weights files (every shard), from their headers.
 ///
 /// # Errors
 ///
 /// [`ModelError::Store`] if burn cannot read the header.
 pub(crate) fn file_keys(checkpoint: &Checkpoint) -> Result<BTreeSet<String>, ModelError> {
-    let mut store = SafetensorsStore::from_file(&checkpoint.weights_path);
-    store
-        .keys()
-        .map(|keys| keys.into_iter().collect())
-        .map_err(|e| ModelError::Store {
-            file: checkpoint.weights_path.display().to_string(),
+    let mut keys = BTreeSet::new();
+    for shard in &checkpoint.shards {
+        let mut store = SafetensorsStore::from_file(shard);
+        keys.extend(store.keys().map_err(|e| ModelError::Store {
+            file: shard.display().to_string(),
             detail: e.to_string(),
-        })
+        })?);
+    }
+    Ok(keys)
 }
 
 /// The remaps of a `BertForMaskedLM` checkpoint into [`BertWeights`] (the word and position
@@ -374,7 +375,10 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<Bert, ModelError
     let path = checkpoint.config_path.display().to_string();
     let head = HeadSource::of(&file_keys(checkpoint)?, config.tie_word_embeddings);
     let mut model = config.init(head, &path, device)?;
-    checkpoint.load(&mut model.weights, &remaps(head))?;
-    burn_positional::pretrained::bert(&mut model.embedding, &checkpoint.weights_path)?;
+    checkpoint.load(&mut model.weights, &remaps(head), device)?;
+    // In the compute dtype first: the layer's loader converts the file's floats to it.
+    model.embedding = checkpoint.cast(model.embedding, device)?;
+    let file = checkpoint.file_of("bert.embeddings.word_embeddings.weight");
+    burn_positional::pretrained::bert(&mut model.embedding, file)?;
     Ok(model)
 }

@@ -341,7 +341,7 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<Bloom, ModelErro
     let config: BloomConfig = checkpoint.config()?;
     let path = checkpoint.config_path.display().to_string();
     let mut model = config.init(&path, device)?;
-    checkpoint.load(&mut model, &REMAPS)?;
+    checkpoint.load(&mut model, &REMAPS, device)?;
     if config.pretraining_tp > 1 && config.slow_but_exact {
         for block in &mut model.h {
             block.self_attention.dense.bias = None;

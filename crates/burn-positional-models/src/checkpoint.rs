@@ -1,12 +1,60 @@
-//! [`Checkpoint`]: a Hugging Face checkpoint folder (`config.json` + `model.safetensors`), its
-//! configuration, and its weights loaded into a port with burn's own store.
+//! [`Checkpoint`]: a Hugging Face checkpoint folder (`config.json` + `model.safetensors`, or the
+//! shards a `model.safetensors.index.json` names), its configuration, and its weights loaded into
+//! a port with burn's own store, in the compute dtype of one's choice.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use burn::store::{ModuleSnapshot, ModuleStore, PyTorchToBurnAdapter, SafetensorsStore};
+use burn::module::{Module, ModuleMapper, Param};
+use burn::store::{
+    FloatCastAdapter, ModuleAdapter, ModuleSnapshot, ModuleStore, PyTorchToBurnAdapter,
+    SafetensorsStore,
+};
+use burn::tensor::{DType, Device, FloatDType, Tensor};
 use serde::de::DeserializeOwned;
 
 use crate::ModelError;
+
+/// The float dtype a port computes in, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComputeDtype {
+    /// The dtype every float weight is cast to at load.
+    pub dtype: FloatDType,
+    /// One line for the user when the choice is not what they or the file asked for (the file's
+    /// dtype is one the device cannot compute in, so f32 is used instead).
+    pub notice: Option<String>,
+}
+
+/// A dtype's name as transformers writes it in config.json (`dtype`, `torch_dtype`).
+pub fn dtype_name(dtype: FloatDType) -> &'static str {
+    match dtype {
+        FloatDType::F64 => "float64",
+        FloatDType::F32 | FloatDType::Flex32 => "float32",
+        FloatDType::F16 => "float16",
+        FloatDType::BF16 => "bfloat16",
+    }
+}
+
+/// A dtype from its name: transformers' (`bfloat16`, `float16`, `float32`) or short (`bf16`,
+/// `f16`, `f32`).
+///
+/// # Errors
+///
+/// A message naming the value and the accepted names.
+pub fn parse_dtype(name: &str) -> Result<FloatDType, String> {
+    Ok(match name {
+        "f32" | "float32" | "float" => FloatDType::F32,
+        "f16" | "float16" | "half" => FloatDType::F16,
+        "bf16" | "bfloat16" => FloatDType::BF16,
+        "f64" | "float64" => FloatDType::F64,
+        other => {
+            return Err(format!(
+                "dtype \"{other}\" is not a float dtype; expected f32, f16 or bf16 (or \
+                 transformers' float32, float16, bfloat16)"
+            ));
+        }
+    })
+}
 
 /// Where a tensor of the checkpoint goes in a port: transformers' key prefix and the port's
 /// field path, each with at most one `{}` standing for a layer index (the rest of the key,
@@ -19,31 +67,48 @@ pub type Remap = (&'static str, &'static str);
 pub struct Checkpoint {
     /// `config.json`.
     pub config_path: PathBuf,
-    /// `model.safetensors`.
+    /// `model.safetensors`, or `model.safetensors.index.json` for a sharded checkpoint.
     pub weights_path: PathBuf,
+    /// The weights files: `model.safetensors`, or every shard the index names, in order.
+    pub shards: Vec<PathBuf>,
     /// The text of `config.json`.
     pub config_text: String,
     config: serde_json::Value,
+    dtype: Option<FloatDType>,
+    /// A sharded checkpoint's `weight_map`: tensor name to shard.
+    weight_map: BTreeMap<String, PathBuf>,
 }
 
 impl Checkpoint {
-    /// Opens `dir`: reads and parses its `config.json` and checks that `model.safetensors` is
-    /// there.
+    /// Opens `dir`: reads and parses its `config.json` and finds the weights:
+    /// `model.safetensors`, or else the shards `model.safetensors.index.json` names in its
+    /// `weight_map` (each must be there).
     ///
     /// # Errors
     ///
     /// [`ModelError::Io`] for a missing or unreadable file, [`ModelError::Config`] for a
-    /// `config.json` that is not JSON.
+    /// `config.json` or an index that is not JSON, or an index whose `weight_map` is missing,
+    /// empty or names a file outside the folder.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, ModelError> {
         let dir = dir.as_ref();
         let config_path = dir.join("config.json");
-        let weights_path = dir.join("model.safetensors");
+        let single = dir.join("model.safetensors");
+        let index = dir.join("model.safetensors.index.json");
         let io = |path: &Path, err: std::io::Error| ModelError::Io {
             path: path.display().to_string(),
             detail: err.to_string(),
         };
         let config_text = std::fs::read_to_string(&config_path).map_err(|e| io(&config_path, e))?;
-        std::fs::metadata(&weights_path).map_err(|e| io(&weights_path, e))?;
+        let (weights_path, shards, weight_map) = if single.exists() || !index.exists() {
+            std::fs::metadata(&single).map_err(|e| io(&single, e))?;
+            (single.clone(), vec![single], BTreeMap::new())
+        } else {
+            let (shards, weight_map) = read_index(&index)?;
+            for shard in &shards {
+                std::fs::metadata(shard).map_err(|e| io(shard, e))?;
+            }
+            (index, shards, weight_map)
+        };
         let config = serde_json::from_str(&config_text).map_err(|e| ModelError::Config {
             path: config_path.display().to_string(),
             detail: e.to_string(),
@@ -51,8 +116,109 @@ impl Checkpoint {
         Ok(Self {
             config_path,
             weights_path,
+            shards,
             config_text,
             config,
+            dtype: None,
+            weight_map,
+        })
+    }
+
+    /// The weights file that holds the tensor `key`: the shard the index names for it, else
+    /// the first (the only one of an unsharded checkpoint).
+    pub fn file_of(&self, key: &str) -> &Path {
+        self.weight_map
+            .get(key)
+            .map(PathBuf::as_path)
+            .unwrap_or(&self.shards[0])
+    }
+
+    /// `module` with every float parameter cast to the [`compute_dtype`](Self::compute_dtype)
+    /// on `device`: for parts loaded by other means than [`load`](Self::load) (the layer's
+    /// `pretrained` loaders), so the whole model computes in one dtype.
+    ///
+    /// # Errors
+    ///
+    /// As [`compute_dtype`](Self::compute_dtype).
+    pub fn cast<M: Module>(&self, module: M, device: &Device) -> Result<M, ModelError> {
+        let dtype = self.compute_dtype(device)?.dtype;
+        Ok(module.map(&mut CastFloats(dtype)))
+    }
+
+    /// The same checkpoint, to be loaded in `dtype` whatever its files hold (the compute
+    /// dtype: every float weight is cast to it at load).
+    pub fn with_dtype(mut self, dtype: FloatDType) -> Self {
+        self.dtype = Some(dtype);
+        self
+    }
+
+    /// The float dtype of the weights files: the dtype most of their float tensors have, read
+    /// from the safetensors headers (no tensor data is read). `None` if they hold no float.
+    ///
+    /// # Errors
+    ///
+    /// [`ModelError::Io`] if a file cannot be read, [`ModelError::Store`] for a header that is
+    /// not a safetensors header.
+    pub fn file_dtype(&self) -> Result<Option<FloatDType>, ModelError> {
+        let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for shard in &self.shards {
+            for dtype in header_dtypes(shard)? {
+                let name = match dtype.as_str() {
+                    "F32" => "f32",
+                    "F16" => "f16",
+                    "BF16" => "bf16",
+                    "F64" => "f64",
+                    _ => continue,
+                };
+                *counts.entry(name).or_default() += 1;
+            }
+        }
+        Ok(counts
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(name, _)| parse_dtype(name).expect("a dtype name of ours")))
+    }
+
+    /// The dtype the weights will be computed in on `device`: the one [`with_dtype`]
+    /// (Self::with_dtype) asked for, else the files' where the device computes in it, else f32
+    /// with a [`notice`](ComputeDtype::notice).
+    ///
+    /// # Errors
+    ///
+    /// [`ModelError::Dtype`] if the dtype asked for is one `device` cannot compute in; as
+    /// [`file_dtype`](Self::file_dtype).
+    pub fn compute_dtype(&self, device: &Device) -> Result<ComputeDtype, ModelError> {
+        if let Some(dtype) = self.dtype {
+            if !device.supports_dtype(dtype) {
+                return Err(ModelError::Dtype {
+                    dtype: dtype_name(dtype).into(),
+                    device: format!("{device:?}"),
+                    file: self.weights_path.display().to_string(),
+                });
+            }
+            return Ok(ComputeDtype {
+                dtype,
+                notice: None,
+            });
+        }
+        Ok(match self.file_dtype()? {
+            None | Some(FloatDType::F32 | FloatDType::Flex32) => ComputeDtype {
+                dtype: FloatDType::F32,
+                notice: None,
+            },
+            Some(dtype) if device.supports_dtype(dtype) => ComputeDtype {
+                dtype,
+                notice: None,
+            },
+            Some(dtype) => ComputeDtype {
+                dtype: FloatDType::F32,
+                notice: Some(format!(
+                    "note: {} holds {} weights, which {device:?} cannot compute in; computing in \
+                     float32 (choose with --dtype, or Checkpoint::with_dtype)",
+                    self.weights_path.display(),
+                    dtype_name(dtype)
+                )),
+            },
         })
     }
 
@@ -84,58 +250,59 @@ impl Checkpoint {
         })
     }
 
-    /// Loads `model.safetensors` into `module` with burn's `SafetensorsStore`: keys renamed by
-    /// `remaps`, linear weights transposed and norm parameters renamed by burn's
-    /// `PyTorchToBurnAdapter`. Every field of `module` must be found; keys of the file that no
-    /// field takes are left (buffers such as `inv_freq`, a tied `lm_head.weight`).
+    /// Loads the weights (`model.safetensors`, or each shard in turn) into `module` with burn's
+    /// `SafetensorsStore`: keys renamed by `remaps`, linear weights transposed and norm
+    /// parameters renamed by burn's `PyTorchToBurnAdapter`, then every float weight cast to the
+    /// [`compute_dtype`](Self::compute_dtype) on `module`'s device. Every field of `module` must
+    /// be found in some file; keys that no field takes are left (buffers such as `inv_freq`, a
+    /// tied `lm_head.weight`).
     ///
     /// # Errors
     ///
     /// [`ModelError::MissingTensor`] naming the transformers key and the port's field,
     /// [`ModelError::ShapeMismatch`] with both shapes, [`ModelError::Store`] if burn cannot
-    /// read the file. The module is left as it was.
+    /// read a file, [`ModelError::Dtype`] as [`compute_dtype`](Self::compute_dtype). The module
+    /// is left as it was.
     pub fn load<M: ModuleSnapshot + Clone>(
         &self,
         module: &mut M,
         remaps: &[Remap],
+        device: &Device,
     ) -> Result<(), ModelError> {
-        let file = self.weights_path.display().to_string();
-        let mut store = SafetensorsStore::from_file(&self.weights_path)
-            .with_from_adapter(PyTorchToBurnAdapter)
-            .skip_enum_variants(true)
-            .allow_partial(true)
-            .validate(false);
-        for (hf, ours) in remaps {
-            let (from, to) = remap_pattern(hf, ours);
-            store = store.with_key_remapping(from, to);
-        }
+        let dtype = self.compute_dtype(device)?.dtype;
         let mut loaded = module.clone();
-        let result = store.apply_to(&mut loaded).map_err(|e| ModelError::Store {
-            file: file.clone(),
-            detail: e.to_string(),
-        })?;
-        if let Some(error) = result.errors.first() {
-            return Err(match error {
-                burn::store::ApplyError::ShapeMismatch {
-                    path,
-                    expected,
-                    found,
-                } => ModelError::ShapeMismatch {
-                    key: hf_key(path, remaps),
-                    module_path: path.clone(),
-                    file,
-                    expected: expected.to_vec(),
-                    found: found.to_vec(),
-                },
-                other => ModelError::Store {
-                    file,
-                    detail: other.to_string(),
-                },
-            });
+        let mut applied = BTreeSet::new();
+        let mut unused = BTreeSet::new();
+        let mut missing = Vec::new();
+        for shard in &self.shards {
+            let file = shard.display().to_string();
+            // Converted to the compute dtype on the host, before anything reaches the device
+            // (a bf16 tensor on a device without bf16 would fail in its first kernel).
+            let mut store = SafetensorsStore::from_file(shard)
+                .with_from_adapter(
+                    PyTorchToBurnAdapter.chain(FloatCastAdapter::to(DType::from(dtype))),
+                )
+                .skip_enum_variants(true)
+                .allow_partial(true)
+                .validate(false);
+            for (hf, ours) in remaps {
+                let (from, to) = remap_pattern(hf, ours);
+                store = store.with_key_remapping(from, to);
+            }
+            let result = store.apply_to(&mut loaded).map_err(|e| ModelError::Store {
+                file: file.clone(),
+                detail: e.to_string(),
+            })?;
+            self.refuse(&result, remaps, &file)?;
+            applied.extend(result.applied);
+            unused.extend(result.unused);
+            missing = result.missing;
         }
-        if let Some((path, _)) = result.missing.first() {
-            let mut unused: Vec<&String> = result.unused.iter().take(4).collect();
-            unused.sort();
+        let file = self.weights_path.display().to_string();
+        missing.retain(|(path, _)| !applied.contains(path));
+        unused.retain(|key| !applied.contains(key));
+        if let Some((path, _)) = missing.first() {
+            let unused: Vec<&String> = unused.iter().take(4).collect();
             let near = if unused.is_empty() {
                 String::new()
             } else {
@@ -155,20 +322,159 @@ impl Checkpoint {
                 near,
             });
         }
-        *module = loaded;
+        *module = loaded.map(&mut CastFloats(dtype));
+        Ok(())
+    }
+
+    /// The first error of one file's load.
+    fn refuse(
+        &self,
+        result: &burn::store::ApplyResult,
+        remaps: &[Remap],
+        file: &str,
+    ) -> Result<(), ModelError> {
+        let file = file.to_string();
+        if let Some(error) = result.errors.first() {
+            return Err(match error {
+                burn::store::ApplyError::ShapeMismatch {
+                    path,
+                    expected,
+                    found,
+                } => ModelError::ShapeMismatch {
+                    key: hf_key(path, remaps),
+                    module_path: path.clone(),
+                    file,
+                    expected: expected.to_vec(),
+                    found: found.to_vec(),
+                },
+                other => ModelError::Store {
+                    file,
+                    detail: other.to_string(),
+                },
+            });
+        }
         Ok(())
     }
 }
 
+/// Casts every float parameter to one dtype (those already in it are kept as they are).
+struct CastFloats(FloatDType);
+
+impl ModuleMapper for CastFloats {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let dtype = self.0;
+        param.map(|t| {
+            if t.dtype() == dtype.into() {
+                t
+            } else {
+                t.cast(dtype)
+            }
+        })
+    }
+}
+
+/// The shards of a sharded checkpoint: the distinct files of `weight_map` in
+/// `model.safetensors.index.json`, in the order they first appear.
+#[allow(clippy::type_complexity)]
+fn read_index(index: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>), ModelError> {
+    let path = index.display().to_string();
+    let bad = |detail: String| ModelError::Config {
+        path: path.clone(),
+        detail,
+    };
+    let text = std::fs::read_to_string(index).map_err(|e| ModelError::Io {
+        path: path.clone(),
+        detail: e.to_string(),
+    })?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let map = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| {
+            bad(
+                "no `weight_map` (an object from tensor names to shard files, as \
+                 save_pretrained writes it)"
+                    .into(),
+            )
+        })?;
+    let dir = index.parent().unwrap_or(Path::new("."));
+    let mut shards: Vec<PathBuf> = Vec::new();
+    let mut weight_map = BTreeMap::new();
+    for (key, file) in map {
+        let name = file.as_str().ok_or_else(|| {
+            bad(format!(
+                "`weight_map` maps `{key}` to {file}, not to a file name"
+            ))
+        })?;
+        let plain = Path::new(name);
+        if name.is_empty() || plain.is_absolute() || plain.components().count() != 1 || name == ".."
+        {
+            return Err(bad(format!(
+                "`weight_map` maps `{key}` to \"{name}\", which is not a file of this folder"
+            )));
+        }
+        let shard = dir.join(name);
+        if !shards.contains(&shard) {
+            shards.push(shard.clone());
+        }
+        weight_map.insert(key.clone(), shard);
+    }
+    Ok((shards, weight_map))
+}
+
+/// The dtype of every tensor in a safetensors file's header (8 bytes of length, then JSON).
+fn header_dtypes(path: &Path) -> Result<Vec<String>, ModelError> {
+    use std::io::Read;
+    let file = path.display().to_string();
+    let io = |e: std::io::Error| ModelError::Io {
+        path: file.clone(),
+        detail: e.to_string(),
+    };
+    let bad = |detail: String| ModelError::Store {
+        file: file.clone(),
+        detail,
+    };
+    let mut handle = std::fs::File::open(path).map_err(io)?;
+    let size = handle.metadata().map_err(io)?.len();
+    let mut len = [0u8; 8];
+    handle
+        .read_exact(&mut len)
+        .map_err(|_| bad(format!("{size} bytes, too short for a safetensors header")))?;
+    let len = u64::from_le_bytes(len);
+    // safetensors' own limit on a header.
+    const MAX_HEADER: u64 = 100_000_000;
+    if len > MAX_HEADER || len > size - 8 {
+        return Err(bad(format!(
+            "the header claims {len} bytes, the file has {} after the length (and a header \
+             is at most {MAX_HEADER})",
+            size - 8
+        )));
+    }
+    let mut header = vec![0u8; len as usize];
+    handle.read_exact(&mut header).map_err(io)?;
+    let json: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("the header is not JSON: {e}")))?;
+    let map = json
+        .as_object()
+        .ok_or_else(|| bad("the header is not a JSON object".into()))?;
+    Ok(map
+        .iter()
+        .filter(|(key, _)| key.as_str() != "__metadata__")
+        .filter_map(|(_, info)| info.get("dtype")?.as_str().map(String::from))
+        .collect())
+}
+
 /// The store's regex and replacement for one remap: `{}` matches a layer index, the rest of
-/// the key follows.
+/// the key (`.weight`, `.bias`, ...) follows; a remap may also name a whole key.
 fn remap_pattern(hf: &str, ours: &str) -> (String, String) {
     let escaped = regex_escape(hf).replace(r"\{\}", r"(\d+)");
     let has_index = hf.contains("{}");
     let rest = if has_index { "${2}" } else { "${1}" };
     (
-        format!(r"^{escaped}\.(.+)$"),
-        format!("{}.{rest}", ours.replace("{}", "${1}")),
+        format!(r"^{escaped}(\..+)?$"),
+        format!("{}{rest}", ours.replace("{}", "${1}")),
     )
 }
 
@@ -190,7 +496,7 @@ fn hf_key(path: &str, remaps: &[Remap]) -> String {
                     return format!("{}{tail}", hf.replace("{}", &digits));
                 }
             }
-        } else if rest.starts_with('.') {
+        } else if rest.is_empty() || rest.starts_with('.') {
             return format!("{hf}{rest}");
         }
     }
@@ -222,8 +528,8 @@ mod tests {
             ("lm_head", "lm_head"),
         ];
         let (from, to) = remap_pattern(remaps[0].0, remaps[0].1);
-        assert_eq!(from, r"^model\.layers\.(\d+)\.self_attn\.q_proj\.(.+)$");
-        assert_eq!(to, "layers.${1}.attention.query.${2}");
+        assert_eq!(from, r"^model\.layers\.(\d+)\.self_attn\.q_proj(\..+)?$");
+        assert_eq!(to, "layers.${1}.attention.query${2}");
         assert_eq!(
             hf_key("layers.12.attention.query.weight", remaps),
             "model.layers.12.self_attn.q_proj.weight"

@@ -4,10 +4,13 @@
 //! file reads its `config.json` into a [`DecoderSpec`] and names its keys.
 
 use burn::module::Module;
-use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm, RmsNormConfig};
+use burn::nn::{Linear, LinearConfig, RmsNorm, RmsNormConfig};
 use burn::tensor::activation;
-use burn::tensor::{Device, Tensor};
-use burn_positional::{AttendOptions, KvCache, Rope, RopeConfig, Window, attend};
+use burn::tensor::{DType, Device, Tensor};
+use burn_positional::{
+    AbsolutePositionConfig, AttendOptions, EmbeddingWithPosition, EmbeddingWithPositionConfig,
+    KvCache, Rope, RopeConfig, Window, attend,
+};
 
 use crate::ModelError;
 use crate::generate::{CausalLm, Step};
@@ -65,8 +68,18 @@ impl Activation {
         })
     }
 
-    /// Applies it.
+    /// Applies it. In f16 and bf16 it computes in f32 and rounds once, as PyTorch's kernels
+    /// do (burn composes `gelu` and the others from several ops, each rounded in the input's
+    /// dtype).
     pub fn apply<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
+        let dtype = x.dtype();
+        if dtype != DType::F32 && dtype.is_float() {
+            return self.apply_f32(x.cast(DType::F32)).cast(dtype);
+        }
+        self.apply_f32(x)
+    }
+
+    fn apply_f32<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
         match self {
             Self::Silu => activation::silu(x),
             Self::Gelu => activation::gelu(x),
@@ -180,8 +193,10 @@ pub struct DecoderLayer {
 /// A decoder-only language model of the Llama family.
 #[derive(Module, Debug)]
 pub struct Decoder {
-    /// `model.embed_tokens`.
-    pub embed: Embedding,
+    /// `model.embed_tokens`: the layer's embedding with no absolute position (positions live
+    /// in the rotary queries and keys), so an id outside the vocabulary is never a silent
+    /// gather: NaN rows and a status the layer's `check_inputs` names.
+    pub embed: EmbeddingWithPosition,
     /// `model.layers`.
     pub layers: Vec<DecoderLayer>,
     /// `model.norm`.
@@ -257,7 +272,9 @@ impl DecoderSpec {
             })
             .collect();
         Ok(Decoder {
-            embed: EmbeddingConfig::new(self.vocab_size, self.hidden_size).init(device),
+            embed: EmbeddingWithPositionConfig::new(self.vocab_size, self.hidden_size)
+                .with_scheme(AbsolutePositionConfig::None)
+                .try_init(device)?,
             layers,
             norm: norm(),
             lm_head: (!self.tie_word_embeddings)
@@ -345,15 +362,15 @@ impl Decoder {
         for (i, layer) in self.layers.iter().enumerate() {
             let cache = caches.as_deref_mut().map(|c| &mut c[i]);
             let attended = layer.attention.forward(
-                layer.input_norm.forward(x.clone()),
+                rms_norm(&layer.input_norm, x.clone()),
                 &self.rope,
                 step,
                 cache,
             );
             x = x + attended;
-            x = x.clone() + layer.mlp.forward(layer.post_attention_norm.forward(x));
+            x = x.clone() + layer.mlp.forward(rms_norm(&layer.post_attention_norm, x));
         }
-        self.norm.forward(x)
+        rms_norm(&self.norm, x)
     }
 }
 
@@ -377,9 +394,34 @@ impl CausalLm for Decoder {
         match &self.lm_head {
             Some(head) => head.forward(x),
             // Tied: logits = x . table^T.
-            None => tied_logits(x, self.embed.weight.val()),
+            None => tied_logits(x, self.embed.tokens.val()),
         }
     }
+}
+
+/// transformers' `LlamaRMSNorm` (and `T5LayerNorm`): the mean square and the division in f32
+/// whatever the input's dtype, the result cast back to it, then the weight. burn's `RmsNorm`
+/// divides in the input's dtype, one more rounding per norm in bf16 and f16; in f32 the two
+/// are the same.
+///
+/// # Shapes
+///
+/// - x: `[batch, seq, width]`, output: the same
+pub fn rms_norm(norm: &RmsNorm, x: Tensor<3>) -> Tensor<3> {
+    let dtype = x.dtype();
+    let wide = if dtype == DType::F32 {
+        x
+    } else {
+        x.cast(DType::F32)
+    };
+    let variance = wide.clone().square().mean_dim(2);
+    let normed = wide * (variance + norm.epsilon).sqrt().recip();
+    let normed = if dtype == DType::F32 {
+        normed
+    } else {
+        normed.cast(dtype)
+    };
+    normed * norm.gamma.val().unsqueeze()
 }
 
 /// `x . table^T` (a head tied to the token table, `[vocab, hidden]`) computed as
@@ -403,7 +445,7 @@ pub fn tied_logits(x: Tensor<3>, table: Tensor<2>) -> Tensor<3> {
 /// `fused`.
 pub fn remaps(fused: bool) -> Vec<crate::checkpoint::Remap> {
     let mut remaps = vec![
-        ("model.embed_tokens", "embed"),
+        ("model.embed_tokens.weight", "embed.tokens"),
         ("model.norm", "norm"),
         ("lm_head", "lm_head"),
         ("model.layers.{}.input_layernorm", "layers.{}.input_norm"),
@@ -457,6 +499,6 @@ pub fn load(
     device: &Device,
 ) -> Result<Decoder, ModelError> {
     let mut model = spec.init(device)?;
-    checkpoint.load(&mut model, &remaps(spec.fused))?;
+    checkpoint.load(&mut model, &remaps(spec.fused), device)?;
     Ok(model)
 }

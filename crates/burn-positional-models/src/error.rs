@@ -77,6 +77,18 @@ pub enum ModelError {
         /// burn's message.
         detail: String,
     },
+    /// A compute dtype the device cannot run.
+    #[error(
+        "{device} cannot compute in {dtype} (loading {file}): it lacks {dtype} arithmetic or matrix products. Fix: load in float32 (`--dtype f32`, `Checkpoint::with_dtype(FloatDType::F32)`), or use a device that has {dtype} (flex on the CPU; a GPU with {dtype} through CUDA)"
+    )]
+    Dtype {
+        /// The dtype asked for.
+        dtype: String,
+        /// The device.
+        device: String,
+        /// The weights file.
+        file: String,
+    },
     /// The rotary settings of config.json.
     #[error(transparent)]
     Rope(#[from] HfConfigError),

@@ -384,7 +384,10 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<Gpt2, ModelError
     let config: Gpt2Config = checkpoint.config()?;
     let path = checkpoint.config_path.display().to_string();
     let mut model = config.init(&path, device)?;
-    checkpoint.load(&mut model.body, &REMAPS)?;
-    burn_positional::pretrained::gpt2(&mut model.embedding, &checkpoint.weights_path)?;
+    checkpoint.load(&mut model.body, &REMAPS, device)?;
+    // In the compute dtype first: the layer's loader converts the file's floats to it.
+    model.embedding = checkpoint.cast(model.embedding, device)?;
+    let file = checkpoint.file_of("transformer.wte.weight");
+    burn_positional::pretrained::gpt2(&mut model.embedding, file)?;
     Ok(model)
 }

@@ -32,7 +32,7 @@ pub mod phi3;
 pub mod qwen2;
 pub mod t5;
 
-pub use checkpoint::{Checkpoint, Remap};
+pub use checkpoint::{Checkpoint, ComputeDtype, Remap, dtype_name, parse_dtype};
 pub use error::ModelError;
 pub use generate::{Batch, CausalLm, Generated, Step, generate};
 
@@ -98,25 +98,38 @@ impl CausalLm for AnyCausalLm {
     }
 }
 
-/// Opens the checkpoint folder `dir` and loads the decoder-only model its `model_type` names.
+/// Opens the checkpoint folder `dir` and loads the decoder-only model its `model_type` names,
+/// in the files' dtype where `device` computes in it (see [`Checkpoint::compute_dtype`]).
 ///
 /// # Errors
 ///
-/// [`ModelError::Unsupported`] for another `model_type` (T5 and BERT included: see
-/// [`t5::load`], [`bert::load`]), and whatever opening and loading the family gives.
+/// As [`load_checkpoint`].
 pub fn load_causal_lm(
     dir: impl AsRef<std::path::Path>,
     device: &Device,
 ) -> Result<AnyCausalLm, ModelError> {
-    let checkpoint = Checkpoint::open(dir)?;
+    load_checkpoint(&Checkpoint::open(dir)?, device)
+}
+
+/// Loads the decoder-only model an opened `checkpoint`'s `model_type` names (in the dtype
+/// [`Checkpoint::with_dtype`] chose, if any).
+///
+/// # Errors
+///
+/// [`ModelError::Unsupported`] for another `model_type` (T5 and BERT included: see
+/// [`t5::load`], [`bert::load`]), and whatever loading the family gives.
+pub fn load_checkpoint(
+    checkpoint: &Checkpoint,
+    device: &Device,
+) -> Result<AnyCausalLm, ModelError> {
     let model_type = checkpoint.model_type()?.to_string();
     Ok(match model_type.as_str() {
-        "gpt2" => AnyCausalLm::Gpt2(gpt2::load(&checkpoint, device)?),
-        "llama" => AnyCausalLm::Decoder(llama::load(&checkpoint, device)?),
-        "qwen2" => AnyCausalLm::Decoder(qwen2::load(&checkpoint, device)?),
-        "phi3" => AnyCausalLm::Decoder(phi3::load(&checkpoint, device)?),
-        "mistral" => AnyCausalLm::Decoder(mistral::load(&checkpoint, device)?),
-        "bloom" => AnyCausalLm::Bloom(bloom::load(&checkpoint, device)?),
+        "gpt2" => AnyCausalLm::Gpt2(gpt2::load(checkpoint, device)?),
+        "llama" => AnyCausalLm::Decoder(llama::load(checkpoint, device)?),
+        "qwen2" => AnyCausalLm::Decoder(qwen2::load(checkpoint, device)?),
+        "phi3" => AnyCausalLm::Decoder(phi3::load(checkpoint, device)?),
+        "mistral" => AnyCausalLm::Decoder(mistral::load(checkpoint, device)?),
+        "bloom" => AnyCausalLm::Bloom(bloom::load(checkpoint, device)?),
         _ => {
             return Err(ModelError::Unsupported {
                 model_type,

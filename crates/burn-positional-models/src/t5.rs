@@ -29,7 +29,7 @@ use serde::Deserialize;
 
 use crate::bert::file_keys;
 use crate::checkpoint::{Checkpoint, Remap};
-use crate::decoder::Activation;
+use crate::decoder::{Activation, rms_norm};
 use crate::{Generated, ModelError};
 
 /// `T5Config`'s fields the port reads, with transformers 5.24's defaults. The derived fields
@@ -421,7 +421,7 @@ impl T5Block {
         options: &AttendOptions,
         memory: Option<(&(Tensor<4>, Tensor<4>), &AttendOptions)>,
     ) -> Tensor<3> {
-        let normed = self.attention_norm.forward(x.clone());
+        let normed = rms_norm(&self.attention_norm, x.clone());
         let (k, v) = self.attention.keys_values(normed.clone());
         let (k, v) = match cache {
             Some(cache) => cache.append(k, v),
@@ -429,12 +429,12 @@ impl T5Block {
         };
         let mut x = x + self.attention.attend(normed, k, v, options);
         if let (Some(cross), Some(((k, v), options))) = (&self.cross, memory) {
-            let normed = cross.norm.forward(x.clone());
+            let normed = rms_norm(&cross.norm, x.clone());
             x = x + cross
                 .attention
                 .attend(normed, k.clone(), v.clone(), options);
         }
-        x.clone() + self.ff.forward(self.ff_norm.forward(x))
+        x.clone() + self.ff.forward(rms_norm(&self.ff_norm, x))
     }
 }
 
@@ -457,7 +457,7 @@ impl T5 {
         for block in &stack.blocks {
             x = block.forward(x, None, &options, None);
         }
-        stack.final_norm.forward(x)
+        rms_norm(&stack.final_norm, x)
     }
 
     /// The decoder's cross-attention keys and values of `encoded` (the encoder's output for a
@@ -523,7 +523,7 @@ impl T5 {
             let cross = (&memory.keys_values[i], &cross_options);
             x = block.forward(x, cache, &self_options, Some(cross));
         }
-        self.logits(stack.final_norm.forward(x))
+        self.logits(rms_norm(&stack.final_norm, x))
     }
 
     /// Teacher-forced logits of the decoder sequence `ids` (starting with the start token)
@@ -683,13 +683,19 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<T5, ModelError> 
     let path = checkpoint.config_path.display().to_string();
     let tables = Tables::of(&file_keys(checkpoint)?);
     let mut model = config.init(tables, &path, device)?;
-    checkpoint.load(&mut model.weights, &remaps(tables))?;
-    let file = &checkpoint.weights_path;
+    checkpoint.load(&mut model.weights, &remaps(tables), device)?;
+    // In the compute dtype first: the layer's loader converts the file's floats to it.
+    model.encoder_bias = checkpoint.cast(model.encoder_bias, device)?;
+    model.decoder_bias = checkpoint.cast(model.decoder_bias, device)?;
     // A stack without blocks has no table in the file (and never reads one).
     if !model.weights.encoder.blocks.is_empty() {
+        let file = checkpoint
+            .file_of("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
         pretrained::t5(&mut model.encoder_bias, T5Stack::Encoder, file)?;
     }
     if !model.weights.decoder.blocks.is_empty() {
+        let file = checkpoint
+            .file_of("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
         pretrained::t5(&mut model.decoder_bias, T5Stack::Decoder, file)?;
     }
     Ok(model)

@@ -38,5 +38,6 @@ mod fixture;
 mod bert;
 mod bloom;
 mod decoders;
+mod dtypes;
 mod gpt2;
 mod t5;

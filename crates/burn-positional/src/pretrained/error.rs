@@ -86,8 +86,8 @@ pub enum PretrainedError {
         found: Vec<usize>,
     },
 
-    /// A tensor's dtype differs from the module's field (burn's store would load it as it is,
-    /// leaving a module of two dtypes).
+    /// A tensor's dtype differs from the module's field and is not a float the loader
+    /// converts (burn's store would load it as it is, leaving a module of two dtypes).
     #[error(
         "the tensor {key} in {path} is {found}, but the module's `{module_path}` is {expected}. \
          Fix: build the module in {found} (set the device's default float dtype), or convert \

@@ -7,7 +7,9 @@
 //! key remapping onto our field paths); what this module adds is the names, so a caller never
 //! needs our field paths, and a load that is all or nothing:
 //!
-//! - every tensor is checked (present, shape, dtype) before anything is applied, and the
+//! - every tensor is checked (present, shape, dtype) before anything is applied (a float
+//!   tensor of a safetensors file in another float dtype is converted to the module's on the
+//!   host, as PyTorch's `load_state_dict` does; any other dtype is refused), and the
 //!   tensors are applied to a clone that replaces the module only when all of them loaded: a
 //!   failed load leaves the module as it was;
 //! - a file that holds none of the expected tensors is an error (burn's store reports "0
@@ -30,7 +32,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use burn::store::{ModuleSnapshot, ModuleStore, PathFilter, PytorchStore, SafetensorsStore};
+use burn::store::{
+    FloatCastAdapter, ModuleSnapshot, ModuleStore, PathFilter, PytorchStore, SafetensorsStore,
+};
 mod error;
 
 pub use error::PretrainedError;
@@ -181,8 +185,9 @@ impl fmt::Display for Loaded {
 /// # Errors
 ///
 /// [`PretrainedError`]: a missing file, an unknown extension, a file burn cannot read, a file
-/// that lacks either table, a table of another shape or dtype than the module's, or a module
-/// that is not a learned, additive, unscaled embedding.
+/// that lacks either table, a table of another shape than the module's or of a dtype that is
+/// not float (a float table of another float dtype is converted to the module's on the host),
+/// or a module that is not a learned, additive, unscaled embedding.
 ///
 /// ```
 /// use burn::prelude::*;
@@ -265,7 +270,8 @@ pub fn bert(
 /// # Errors
 ///
 /// [`PretrainedError`]: a missing file, an unknown extension, a file burn cannot read, a file
-/// without this stack's table, a table of another shape or dtype.
+/// without this stack's table, a table of another shape, or of a dtype that is not float (a
+/// float table is converted to the module's dtype on the host).
 ///
 /// ```
 /// use burn::prelude::*;
@@ -399,10 +405,13 @@ impl Store {
     }
 
     /// Remaps `key` to `module_path`, loads only those paths, and applies them to `module`.
+    /// Float tensors of another float dtype are converted to `float_dtype` on the host
+    /// (safetensors only).
     fn apply<M: ModuleSnapshot>(
         self,
         module: &mut M,
         remaps: &[(String, &'static str)],
+        float_dtype: Option<burn::tensor::DType>,
     ) -> Result<Vec<String>, String> {
         let filter = PathFilter::new().with_full_paths(remaps.iter().map(|(_, p)| *p));
         // Keys hold only [A-Za-z0-9_.]: escaping the dots makes each an exact match.
@@ -410,6 +419,9 @@ impl Store {
         let result = match self {
             Self::Safetensors(mut s) => {
                 s = s.filter(filter).allow_partial(false).validate(true);
+                if let Some(dtype) = float_dtype {
+                    s = s.with_from_adapter(FloatCastAdapter::to(dtype));
+                }
                 for (key, path) in remaps {
                     s = s.with_key_remapping(pattern(key), *path);
                 }
@@ -496,7 +508,14 @@ fn load<M: ModuleSnapshot + Clone>(
                 found: shape.clone(),
             });
         }
-        if dtype != expected_dtype {
+        // A float table of another float dtype is converted on the host to the module's, as
+        // PyTorch's `load_state_dict` copies into a parameter of another dtype (safetensors
+        // files: burn's PyTorch reader takes no adapter).
+        let floats = ["F64", "F32", "F16", "BF16", "Flex32"];
+        let converts = floats.contains(&dtype.as_str())
+            && floats.contains(&expected_dtype.as_str())
+            && matches!(store, Store::Safetensors(_));
+        if dtype != expected_dtype && !converts {
             return Err(PretrainedError::DTypeMismatch {
                 path: shown,
                 key: key.clone(),
@@ -515,13 +534,17 @@ fn load<M: ModuleSnapshot + Clone>(
 
     // Applied to a clone: the caller's module changes only if every tensor loaded.
     let mut loaded = module.clone();
-    let applied =
-        store
-            .apply(&mut loaded, &found)
-            .map_err(|detail| PretrainedError::LoadFailed {
-                path: shown.clone(),
-                detail,
-            })?;
+    let float_dtype = module
+        .collect(None, None, false)
+        .into_iter()
+        .map(|t| t.dtype)
+        .find(|d| d.is_float());
+    let applied = store
+        .apply(&mut loaded, &found, float_dtype)
+        .map_err(|detail| PretrainedError::LoadFailed {
+            path: shown.clone(),
+            detail,
+        })?;
     if let Some((_, module_path)) = found.iter().find(|(_, p)| !applied.iter().any(|a| a == p)) {
         return Err(PretrainedError::LoadFailed {
             path: shown,

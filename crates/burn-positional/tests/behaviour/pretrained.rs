@@ -234,27 +234,42 @@ pub fn a_table_of_another_shape_is_refused_and_nothing_loads(device: &Device) {
     assert_eq!(bias.table.val().into_data(), before);
 }
 
-/// A safetensors file of zero-filled tensors `(key, dtype, shape)`, written by hand (the format
-/// is a JSON header and the bytes).
+/// A safetensors file of tensors `(key, dtype, shape)`, written by hand (the format is a JSON
+/// header and the bytes): F16 tensors hold 1.5 everywhere (bytes `00 3e`), the others zeros.
 fn write_safetensors(path: &Path, tensors: &[(&str, &str, [usize; 2])]) {
     let mut header = serde_json::Map::new();
     let mut offset = 0;
+    let mut data = Vec::new();
     for (key, dtype, shape) in tensors {
-        let size = shape[0] * shape[1] * if *dtype == "F32" { 4 } else { 2 };
+        let width = match *dtype {
+            "F32" | "I32" => 4,
+            "I64" => 8,
+            _ => 2,
+        };
+        let size = shape[0] * shape[1] * width;
         header.insert(
             key.to_string(),
             serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}),
         );
         offset += size;
+        if *dtype == "F16" {
+            data.extend([0x00u8, 0x3e].repeat(size / 2));
+        } else {
+            data.extend(vec![0u8; size]);
+        }
     }
     let header = serde_json::to_vec(&header).unwrap();
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
     bytes.extend(header);
-    bytes.extend(vec![0u8; offset]);
+    bytes.extend(data);
     std::fs::write(path, bytes).unwrap();
 }
 
-pub fn a_table_of_another_dtype_is_refused(device: &Device) {
+/// A float table of another float dtype (a half-precision checkpoint, an f32 module) is
+/// converted to the module's dtype on the host, as PyTorch's `load_state_dict` copies into a
+/// parameter of another dtype; the module keeps its dtype. A table that is not float is
+/// refused, naming both dtypes, and leaves the module as it was.
+pub fn a_table_of_another_dtype_is_converted_or_refused(device: &Device) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("half.safetensors");
     write_safetensors(
@@ -267,6 +282,31 @@ pub fn a_table_of_another_dtype_is_refused(device: &Device) {
     let mut embed = EmbeddingWithPositionConfig::new(50, 16)
         .with_scheme(LearnedConfig::new(32).into())
         .init(device);
+    let dtype = embed.tokens.val().dtype();
+    let loaded = pretrained::gpt2(&mut embed, &path).unwrap();
+    assert_eq!(loaded.tensors[0].dtype, "F16");
+    assert_eq!(
+        embed.tokens.val().dtype(),
+        dtype,
+        "the module keeps its dtype"
+    );
+    let values: Vec<f32> = embed
+        .tokens
+        .val()
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .unwrap();
+    assert!(values.iter().all(|&v| v == 1.5), "{:?}", &values[..4]);
+
+    let path = dir.path().join("ints.safetensors");
+    write_safetensors(
+        &path,
+        &[
+            ("wte.weight", "I32", [50, 16]),
+            ("wpe.weight", "F16", [32, 16]),
+        ],
+    );
     let before = snapshot(&embed);
     let err = pretrained::gpt2(&mut embed, &path).unwrap_err();
     let PretrainedError::DTypeMismatch {
@@ -278,7 +318,7 @@ pub fn a_table_of_another_dtype_is_refused(device: &Device) {
     else {
         panic!("{err:?}")
     };
-    assert_eq!((key.as_str(), found.as_str()), ("wte.weight", "F16"));
+    assert_eq!((key.as_str(), found.as_str()), ("wte.weight", "I32"));
     assert_eq!(expected, &format!("{:?}", embed.tokens.val().dtype()));
     assert_eq!(snapshot(&embed), before);
 }
@@ -391,7 +431,7 @@ on_every_device!(
     bert_matches_transformers,
     t5_compute_bias_matches_transformers,
     a_table_of_another_shape_is_refused_and_nothing_loads,
-    a_table_of_another_dtype_is_refused,
+    a_table_of_another_dtype_is_converted_or_refused,
     a_file_without_the_tensors_is_refused,
     a_missing_or_unknown_file_is_refused,
     an_embedding_that_computes_something_else_is_refused,

@@ -1,0 +1,207 @@
+//! Checkpoints as they are downloaded: bf16 (and f16) weights files, written by transformers
+//! from the f32 fixtures (`tools/dtype_fixtures.py`), each with the logits transformers
+//! computes from it in its dtype (`logits`) and in f32 (`logits_f32`).
+//!
+//! On a device that computes in the file's dtype the port runs in it, and its logits stay
+//! within the distance transformers' run in that dtype keeps from its f32 run (the fixture's
+//! `deviation`, relative to the largest f32 logit), measured from either of transformers' runs. On a device that cannot (bf16 on
+//! wgpu: WGSL has no bf16), the default is f32 with a notice, and asking for the dtype is a
+//! typed error at load naming the device, the dtype and the fix, never a panic in a worker
+//! thread at the first matmul (what it was).
+
+use burn::tensor::{Bool, DType, Device, FloatDType, Int, Tensor, TensorData};
+use burn_positional_models::{CausalLm, Checkpoint, ModelError, bert, load_checkpoint, t5};
+
+use crate::fixture::{Fixture, max_relative_error};
+
+fn ints(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
+    let shape = [rows.len(), rows[0].len()];
+    Tensor::from_data(TensorData::new(rows.concat(), shape), device)
+}
+
+fn padding(mask: &[Vec<bool>], device: &Device) -> Tensor<2, Bool> {
+    let flat: Vec<bool> = mask.iter().flatten().map(|&m| !m).collect();
+    Tensor::from_data(TensorData::new(flat, [mask.len(), mask[0].len()]), device)
+}
+
+/// The logits of a fixture's forward with the model `checkpoint` loads: decoder-only families
+/// on the left-padded batch at transformers' positions, BERT on its two segments, T5
+/// teacher-forced. Returns them (in f32) and the dtype the weights were computed in.
+fn logits(
+    fx: &Fixture,
+    checkpoint: &Checkpoint,
+    device: &Device,
+) -> Result<(Tensor<3>, DType), ModelError> {
+    let family = fx.json["family"].as_str().expect("family");
+    let batch = fx.batch();
+    let logits = match family {
+        "bert" => {
+            let model = bert::load(checkpoint, device)?;
+            let types = fx.rows("token_type_ids");
+            model.forward(
+                ints(&batch.ids, device),
+                ints(&types, device),
+                padding(&batch.mask, device),
+            )
+        }
+        "t5" | "t5_v1_1" => {
+            let model = t5::load(checkpoint, device)?;
+            let padding = padding(&batch.mask, device);
+            let encoded = model.encode(ints(&batch.ids, device), padding.clone());
+            model.decode(
+                ints(&fx.rows("decoder_input_ids"), device),
+                encoded,
+                padding,
+            )
+        }
+        _ => load_checkpoint(checkpoint, device)?.forward(&fx.prompt_step(device), None),
+    };
+    let dtype = logits.dtype();
+    Ok((logits.cast(FloatDType::F32), dtype))
+}
+
+/// The rows to compare: BERT's and T5's real tokens, every decoder-only position transformers
+/// attends (the padded ones are masked rows on both sides, compared too in f32, skipped here).
+fn kept(fx: &Fixture) -> Vec<Vec<bool>> {
+    let family = fx.json["family"].as_str().expect("family");
+    if family.starts_with("t5") {
+        let rows = fx.rows("decoder_input_ids");
+        vec![vec![true; rows[0].len()]; rows.len()]
+    } else {
+        fx.batch().mask
+    }
+}
+
+/// One low-precision fixture on a device that computes in its dtype: loads in that dtype by
+/// default, and matches transformers' run in it.
+fn runs_in_its_dtype(name: &str, device: &Device) {
+    let fx = Fixture::open(name);
+    let source = fx.source();
+    let checkpoint = fx.checkpoint();
+    let file = match fx.json["dtype"].as_str() {
+        Some("bfloat16") => FloatDType::BF16,
+        Some("float16") => FloatDType::F16,
+        other => panic!("{source}: dtype {other:?}"),
+    };
+    assert_eq!(checkpoint.file_dtype().unwrap(), Some(file), "{source}");
+    let chosen = checkpoint.compute_dtype(device).unwrap();
+    assert_eq!(
+        chosen.dtype, file,
+        "{source}: the default is the file's dtype"
+    );
+    assert!(chosen.notice.is_none(), "{source}");
+    let (ours, dtype) =
+        logits(&fx, &checkpoint, device).unwrap_or_else(|e| panic!("{source}: {e}"));
+    assert_eq!(dtype, DType::from(file), "{source}: computed in {dtype:?}");
+    let keep = kept(&fx);
+    let theirs = fx.tensor::<3>("logits", device);
+    let truth = fx.tensor::<3>("logits_f32", device);
+    let deviation = fx.json["deviation"].as_f64().expect("deviation");
+    // Relative to the largest f32 logit, as `deviation` is.
+    let scale = |t: &Tensor<3>| {
+        let max: f32 = t.clone().abs().max().into_scalar();
+        max as f64
+    };
+    let err =
+        max_relative_error(ours.clone(), theirs.clone(), &keep) * scale(&theirs) / scale(&truth);
+    let own = max_relative_error(ours, truth, &keep);
+    // Within transformers' own distance of either of its runs: as close to its run in this
+    // dtype as that run is to f32 (the same roundings: norms and activations computed in f32
+    // and rounded once, as PyTorch's kernels do), or as close to f32 as its run in this dtype.
+    assert!(
+        err.min(own) <= deviation,
+        "{source}: ours in {file:?} is {err:.3e} from transformers' {file:?} run and {own:.3e} \
+         from its f32 run (relative to the largest f32 logit), both more than transformers' \
+         {file:?} run is from its f32 run ({deviation:.3e})"
+    );
+}
+
+/// bf16 on a device that has no bf16 arithmetic: f32 by default with a notice, a typed error
+/// when asked for.
+fn bf16_is_refused_where_it_cannot_run(device: &Device) {
+    let fx = Fixture::open("llama_bf16");
+    let checkpoint = fx.checkpoint();
+    let chosen = checkpoint.compute_dtype(device).unwrap();
+    assert_eq!(chosen.dtype, FloatDType::F32);
+    let notice = chosen.notice.expect("a notice");
+    assert!(
+        notice.contains("bfloat16") && notice.contains("float32"),
+        "{notice}"
+    );
+    // The f32 default runs, and matches transformers' f32 run.
+    let (ours, _) = logits(&fx, &checkpoint, device).unwrap();
+    let err = max_relative_error(ours, fx.tensor("logits_f32", device), &kept(&fx));
+    let deviation = fx.json["deviation"].as_f64().unwrap();
+    assert!(err <= deviation, "{err:.3e}");
+    // Asked for, bf16 is refused at load, before any tensor runs.
+    let err =
+        load_checkpoint(&checkpoint.clone().with_dtype(FloatDType::BF16), device).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, ModelError::Dtype { .. }), "{message}");
+    assert!(
+        message.contains("bfloat16") && message.contains("Fix:"),
+        "{message}"
+    );
+    assert!(message.contains("--dtype f32"), "{message}");
+}
+
+/// An f32 file computed in a dtype of one's choice (`with_dtype`): every weight cast at load.
+fn f32_file_in_f16(device: &Device) {
+    let fx = Fixture::open("llama_f16");
+    let f32_file = Fixture::open("llama")
+        .checkpoint()
+        .with_dtype(FloatDType::F16);
+    let (ours, dtype) = logits(&fx, &f32_file, device).unwrap();
+    assert_eq!(dtype, DType::F16);
+    // The f16 file and the f32 file cast to f16 hold the same numbers.
+    let (from_file, _) = logits(&fx, &fx.checkpoint(), device).unwrap();
+    let err = max_relative_error(ours, from_file, &kept(&fx));
+    assert!(err == 0.0, "{err:.3e}");
+}
+
+macro_rules! in_its_dtype {
+    ($($name:ident),* $(,)?) => { $( fn $name(device: &Device) { runs_in_its_dtype(stringify!($name), device) } )* };
+}
+in_its_dtype!(
+    gpt2_bf16,
+    llama_bf16,
+    qwen2_bf16,
+    phi3_bf16,
+    mistral_bf16,
+    bloom_bf16,
+    bert_bf16,
+    t5_bf16,
+    t5_v1_1_bf16,
+    gpt2_f16,
+    llama_f16
+);
+
+/// flex computes in bf16 and f16: every family from its bf16 file, Llama and GPT-2 from f16.
+mod on_flex {
+    macro_rules! tests { ($($name:ident),*) => { $( #[test] fn $name() { super::$name(&crate::devices::flex()) } )* }; }
+    tests!(
+        gpt2_bf16,
+        llama_bf16,
+        qwen2_bf16,
+        phi3_bf16,
+        mistral_bf16,
+        bloom_bf16,
+        bert_bf16,
+        t5_bf16,
+        t5_v1_1_bf16,
+        gpt2_f16,
+        llama_f16,
+        f32_file_in_f16
+    );
+}
+
+/// wgpu (lavapipe in CI) computes in f16 but not bf16.
+mod on_wgpu {
+    macro_rules! tests { ($($name:ident),*) => { $( #[test] fn $name() { super::$name(&crate::devices::wgpu()) } )* }; }
+    tests!(
+        gpt2_f16,
+        llama_f16,
+        f32_file_in_f16,
+        bf16_is_refused_where_it_cannot_run
+    );
+}
