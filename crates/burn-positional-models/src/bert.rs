@@ -378,7 +378,6 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<Bert, ModelError
     checkpoint.load(&mut model.weights, &remaps(head), device)?;
     // In the compute dtype first: the layer's loader converts the file's floats to it.
     model.embedding = checkpoint.cast(model.embedding, device)?;
-    let file = checkpoint.file_of("bert.embeddings.word_embeddings.weight");
-    burn_positional::pretrained::bert(&mut model.embedding, file)?;
+    burn_positional::pretrained::bert(&mut model.embedding, &checkpoint.weights_path)?;
     Ok(model)
 }

@@ -75,8 +75,6 @@ pub struct Checkpoint {
     pub config_text: String,
     config: serde_json::Value,
     dtype: Option<FloatDType>,
-    /// A sharded checkpoint's `weight_map`: tensor name to shard.
-    weight_map: BTreeMap<String, PathBuf>,
 }
 
 impl Checkpoint {
@@ -99,15 +97,15 @@ impl Checkpoint {
             detail: err.to_string(),
         };
         let config_text = std::fs::read_to_string(&config_path).map_err(|e| io(&config_path, e))?;
-        let (weights_path, shards, weight_map) = if single.exists() || !index.exists() {
+        let (weights_path, shards) = if single.exists() || !index.exists() {
             std::fs::metadata(&single).map_err(|e| io(&single, e))?;
-            (single.clone(), vec![single], BTreeMap::new())
+            (single.clone(), vec![single])
         } else {
-            let (shards, weight_map) = read_index(&index)?;
+            let shards = read_index(&index)?;
             for shard in &shards {
                 std::fs::metadata(shard).map_err(|e| io(shard, e))?;
             }
-            (index, shards, weight_map)
+            (index, shards)
         };
         let config = serde_json::from_str(&config_text).map_err(|e| ModelError::Config {
             path: config_path.display().to_string(),
@@ -120,17 +118,7 @@ impl Checkpoint {
             config_text,
             config,
             dtype: None,
-            weight_map,
         })
-    }
-
-    /// The weights file that holds the tensor `key`: the shard the index names for it, else
-    /// the first (the only one of an unsharded checkpoint).
-    pub fn file_of(&self, key: &str) -> &Path {
-        self.weight_map
-            .get(key)
-            .map(PathBuf::as_path)
-            .unwrap_or(&self.shards[0])
     }
 
     /// `module` with every float parameter cast to the [`compute_dtype`](Self::compute_dtype)
@@ -375,8 +363,7 @@ impl ModuleMapper for CastFloats {
 
 /// The shards of a sharded checkpoint: the distinct files of `weight_map` in
 /// `model.safetensors.index.json`, in the order they first appear.
-#[allow(clippy::type_complexity)]
-fn read_index(index: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>), ModelError> {
+fn read_index(index: &Path) -> Result<Vec<PathBuf>, ModelError> {
     let path = index.display().to_string();
     let bad = |detail: String| ModelError::Config {
         path: path.clone(),
@@ -401,7 +388,6 @@ fn read_index(index: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>),
         })?;
     let dir = index.parent().unwrap_or(Path::new("."));
     let mut shards: Vec<PathBuf> = Vec::new();
-    let mut weight_map = BTreeMap::new();
     for (key, file) in map {
         let name = file.as_str().ok_or_else(|| {
             bad(format!(
@@ -417,11 +403,10 @@ fn read_index(index: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>),
         }
         let shard = dir.join(name);
         if !shards.contains(&shard) {
-            shards.push(shard.clone());
+            shards.push(shard);
         }
-        weight_map.insert(key.clone(), shard);
     }
-    Ok((shards, weight_map))
+    Ok(shards)
 }
 
 /// The dtype of every tensor in a safetensors file's header (8 bytes of length, then JSON).

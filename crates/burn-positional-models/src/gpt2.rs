@@ -387,7 +387,6 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<Gpt2, ModelError
     checkpoint.load(&mut model.body, &REMAPS, device)?;
     // In the compute dtype first: the layer's loader converts the file's floats to it.
     model.embedding = checkpoint.cast(model.embedding, device)?;
-    let file = checkpoint.file_of("transformer.wte.weight");
-    burn_positional::pretrained::gpt2(&mut model.embedding, file)?;
+    burn_positional::pretrained::gpt2(&mut model.embedding, &checkpoint.weights_path)?;
     Ok(model)
 }

@@ -688,14 +688,12 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<T5, ModelError> 
     model.encoder_bias = checkpoint.cast(model.encoder_bias, device)?;
     model.decoder_bias = checkpoint.cast(model.decoder_bias, device)?;
     // A stack without blocks has no table in the file (and never reads one).
+    // The file, or a sharded checkpoint's index: the layer reads each table from its shard.
+    let file = &checkpoint.weights_path;
     if !model.weights.encoder.blocks.is_empty() {
-        let file = checkpoint
-            .file_of("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
         pretrained::t5(&mut model.encoder_bias, T5Stack::Encoder, file)?;
     }
     if !model.weights.decoder.blocks.is_empty() {
-        let file = checkpoint
-            .file_of("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
         pretrained::t5(&mut model.decoder_bias, T5Stack::Decoder, file)?;
     }
     Ok(model)

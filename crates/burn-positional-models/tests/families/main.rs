@@ -40,4 +40,5 @@ mod bloom;
 mod decoders;
 mod dtypes;
 mod gpt2;
+mod sharded;
 mod t5;

@@ -14,7 +14,9 @@
 //!   failed load leaves the module as it was;
 //! - a file that holds none of the expected tensors is an error (burn's store reports "0
 //!   applied" and succeeds when nothing matches);
-//! - a missing file is an error naming the path.
+//! - a missing file is an error naming the path;
+//! - a sharded checkpoint is read through its index (`model.safetensors.index.json`, passed
+//!   as the path): each tensor from the shard its `weight_map` names.
 //!
 //! | checkpoint | transformers key | our module and field | call |
 //! | --- | --- | --- | --- |
@@ -404,7 +406,9 @@ impl Store {
         }
     }
 
-    /// Remaps `key` to `module_path`, loads only those paths, and applies them to `module`.
+    /// Remaps `key` to `module_path`, loads only those paths, and applies them to `module`
+    /// (partial: a sharded checkpoint applies each shard's part; the caller checks that every
+    /// path was applied).
     /// Float tensors of another float dtype are converted to `float_dtype` on the host
     /// (safetensors only).
     fn apply<M: ModuleSnapshot>(
@@ -418,7 +422,7 @@ impl Store {
         let pattern = |key: &str| format!("^{}$", key.replace('.', r"\."));
         let result = match self {
             Self::Safetensors(mut s) => {
-                s = s.filter(filter).allow_partial(false).validate(true);
+                s = s.filter(filter).allow_partial(true).validate(true);
                 if let Some(dtype) = float_dtype {
                     s = s.with_from_adapter(FloatCastAdapter::to(dtype));
                 }
@@ -428,7 +432,7 @@ impl Store {
                 s.apply_to(module).map_err(|e| e.to_string())?
             }
             Self::Pytorch(mut s) => {
-                s = s.filter(filter).allow_partial(false).validate(true);
+                s = s.filter(filter).allow_partial(true).validate(true);
                 for (key, path) in remaps {
                     s = s.with_key_remapping(pattern(key), *path);
                 }
@@ -442,8 +446,51 @@ impl Store {
     }
 }
 
+/// The files a path names: itself, or for a sharded checkpoint's `*.index.json` (transformers'
+/// `model.safetensors.index.json`) the shards its `weight_map` names, in order.
+fn shards_of(path: &Path) -> Result<Vec<PathBuf>, PretrainedError> {
+    let shown = path.display().to_string();
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if !name.ends_with(".index.json") {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let unreadable = |detail: String| PretrainedError::Unreadable {
+        path: shown.clone(),
+        format: "a sharded checkpoint's index",
+        detail,
+    };
+    let text = std::fs::read_to_string(path).map_err(|err| PretrainedError::FileNotFound {
+        path: shown.clone(),
+        detail: err.to_string(),
+    })?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| unreadable(format!("not JSON: {e}")))?;
+    let map = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| unreadable("no `weight_map` object".into()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut shards: Vec<PathBuf> = Vec::new();
+    for (key, file) in map {
+        let file = file
+            .as_str()
+            .filter(|f| !f.is_empty() && Path::new(f).components().count() == 1 && *f != "..")
+            .ok_or_else(|| {
+                unreadable(format!(
+                    "`weight_map` maps `{key}` to {file}, not to a file of this folder"
+                ))
+            })?;
+        let shard = dir.join(file);
+        if !shards.contains(&shard) {
+            shards.push(shard);
+        }
+    }
+    Ok(shards)
+}
+
 /// Checks every mapped tensor against `module` (present, shape, dtype), then applies them all
-/// to a clone and replaces `module` with it.
+/// to a clone and replaces `module` with it. `path` is a checkpoint file, or a sharded
+/// checkpoint's index (each tensor is read from the shard that holds it).
 fn load<M: ModuleSnapshot + Clone>(
     module: &mut M,
     path: &Path,
@@ -451,14 +498,20 @@ fn load<M: ModuleSnapshot + Clone>(
     keys: &[KeyMapping],
 ) -> Result<Loaded, PretrainedError> {
     let shown = path.display().to_string();
-    let mut store = Store::open(path)?;
-    let header = store
-        .header()
-        .map_err(|detail| PretrainedError::Unreadable {
-            path: shown.clone(),
-            format: store.format(),
-            detail,
-        })?;
+    // Each file's store and header: key -> (shape, dtype).
+    let mut files = Vec::new();
+    for file in shards_of(path)? {
+        let mut store = Store::open(&file)?;
+        let header = store
+            .header()
+            .map_err(|detail| PretrainedError::Unreadable {
+                path: file.display().to_string(),
+                format: store.format(),
+                detail,
+            })?;
+        files.push((store, header));
+    }
+    let holder = |key: &str| files.iter().position(|(_, h)| h.contains_key(key));
 
     // The module's fields: path -> (shape, dtype), from metadata only (no device read).
     let fields: BTreeMap<String, (Vec<usize>, String)> = module
@@ -473,25 +526,26 @@ fn load<M: ModuleSnapshot + Clone>(
         match mapping
             .checkpoint_keys
             .iter()
-            .find(|k| header.contains_key(**k))
+            .find_map(|k| holder(k).map(|file| (k, file)))
         {
-            Some(key) => found.push((key.to_string(), mapping.module_path)),
+            Some((key, file)) => found.push((key.to_string(), mapping.module_path, file)),
             None => missing.push(mapping.checkpoint_keys.join(" or ")),
         }
     }
     if !missing.is_empty() {
+        let all: Vec<&String> = files.iter().flat_map(|(_, h)| h.keys()).collect();
         return Err(PretrainedError::MissingTensors {
             checkpoint,
             path: shown,
             missing,
-            found: header.keys().take(8).cloned().collect(),
-            found_count: header.len(),
+            found: all.iter().take(8).map(|k| k.to_string()).collect(),
+            found_count: all.len(),
         });
     }
 
     let mut tensors = Vec::new();
-    for (key, module_path) in &found {
-        let (shape, dtype) = &header[key];
+    for (key, module_path, file) in &found {
+        let (shape, dtype) = &files[*file].1[key];
         let Some((expected_shape, expected_dtype)) = fields.get(*module_path) else {
             return Err(PretrainedError::ModuleMismatch {
                 checkpoint,
@@ -514,7 +568,7 @@ fn load<M: ModuleSnapshot + Clone>(
         let floats = ["F64", "F32", "F16", "BF16", "Flex32"];
         let converts = floats.contains(&dtype.as_str())
             && floats.contains(&expected_dtype.as_str())
-            && matches!(store, Store::Safetensors(_));
+            && matches!(files[*file].0, Store::Safetensors(_));
         if dtype != expected_dtype && !converts {
             return Err(PretrainedError::DTypeMismatch {
                 path: shown,
@@ -539,25 +593,46 @@ fn load<M: ModuleSnapshot + Clone>(
         .into_iter()
         .map(|t| t.dtype)
         .find(|d| d.is_float());
-    let applied = store
-        .apply(&mut loaded, &found, float_dtype)
-        .map_err(|detail| PretrainedError::LoadFailed {
-            path: shown.clone(),
-            detail,
-        })?;
-    if let Some((_, module_path)) = found.iter().find(|(_, p)| !applied.iter().any(|a| a == p)) {
+    let mut applied = Vec::new();
+    let mut unused = Vec::new();
+    for (index, (store, header)) in files.into_iter().enumerate() {
+        let here: Vec<(String, &'static str)> = found
+            .iter()
+            .filter(|(_, _, file)| *file == index)
+            .map(|(key, module_path, _)| (key.clone(), *module_path))
+            .collect();
+        unused.extend(
+            header
+                .into_keys()
+                .filter(|k| !found.iter().any(|(key, ..)| key == k)),
+        );
+        if here.is_empty() {
+            continue;
+        }
+        applied.extend(
+            store
+                .apply(&mut loaded, &here, float_dtype)
+                .map_err(|detail| PretrainedError::LoadFailed {
+                    path: shown.clone(),
+                    detail,
+                })?,
+        );
+    }
+    if let Some((_, module_path, _)) = found
+        .iter()
+        .find(|(_, p, _)| !applied.iter().any(|a| a == p))
+    {
         return Err(PretrainedError::LoadFailed {
             path: shown,
             detail: format!("burn's store did not apply `{module_path}`"),
         });
     }
     *module = loaded;
-
-    let used: Vec<&String> = found.iter().map(|(k, _)| k).collect();
+    unused.sort();
     Ok(Loaded {
         path: path.to_path_buf(),
         tensors,
-        unused: header.into_keys().filter(|k| !used.contains(&k)).collect(),
+        unused,
     })
 }
 

@@ -676,8 +676,10 @@ fn check_ranges(
                 "longrope's attention factor scales cos and sin: a finite number above 0",
                 "leave it out (transformers then derives it from factor)",
             )?;
-            for (key, list) in [("short_factor", &l.short_factor), ("long_factor", &l.long_factor)]
-            {
+            for (key, list) in [
+                ("short_factor", &l.short_factor),
+                ("long_factor", &l.long_factor),
+            ] {
                 if let Some((i, v)) = list
                     .iter()
                     .enumerate()

@@ -259,15 +259,27 @@ fn each_family_rotates_the_pairs_its_modeling_code_rotates() {
 #[test]
 fn numbers_outside_their_range_are_refused_by_field() {
     let cases: [(String, &str, &str); 14] = [
-        (format!(r#"{{{HEADS}, "rope_theta": -10000.0}}"#), "`rope_theta`", "-10000"),
-        (format!(r#"{{{HEADS}, "rope_theta": 0}}"#), "`rope_theta`", "is 0"),
         (
-            format!(r#"{{{HEADS}, "rope_parameters": {{"rope_type": "default", "rope_theta": -1.0}}}}"#),
+            format!(r#"{{{HEADS}, "rope_theta": -10000.0}}"#),
+            "`rope_theta`",
+            "-10000",
+        ),
+        (
+            format!(r#"{{{HEADS}, "rope_theta": 0}}"#),
+            "`rope_theta`",
+            "is 0",
+        ),
+        (
+            format!(
+                r#"{{{HEADS}, "rope_parameters": {{"rope_type": "default", "rope_theta": -1.0}}}}"#
+            ),
             "`rope_parameters.rope_theta`",
             "-1",
         ),
         (
-            format!(r#"{{{HEADS}, "model_type": "gpt_neox", "rotary_pct": 1.0, "rotary_emb_base": -5.0}}"#),
+            format!(
+                r#"{{{HEADS}, "model_type": "gpt_neox", "rotary_pct": 1.0, "rotary_emb_base": -5.0}}"#
+            ),
             "`rotary_emb_base`",
             "-5",
         ),
