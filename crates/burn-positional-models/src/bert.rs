@@ -282,15 +282,58 @@ impl Bert {
     /// # Panics
     ///
     /// If `seq` exceeds `max_position_embeddings`. Token ids outside the vocabulary come out as
-    /// NaN rows (see [`EmbeddingWithPosition`]).
+    /// NaN rows (see [`EmbeddingWithPosition`]; [`try_forward`](Self::try_forward) refuses
+    /// them); token type ids are not checked here.
     pub fn forward(
         &self,
         ids: Tensor<2, Int>,
         token_type_ids: Tensor<2, Int>,
         attention_mask_padding: Tensor<2, Bool>,
     ) -> Tensor<3> {
+        let x = self.embedding.forward(ids) + self.weights.token_types.forward(token_type_ids);
+        self.encode(x, attention_mask_padding)
+    }
+
+    /// [`forward`](Self::forward) for input from outside (a tokenizer, a user): token ids are
+    /// checked by the layer's [`EmbeddingWithPosition::try_forward`] (one small read-back of
+    /// its status) and token type ids on the host (one read-back), before anything else runs.
+    ///
+    /// # Shapes
+    ///
+    /// As [`forward`](Self::forward).
+    ///
+    /// # Errors
+    ///
+    /// [`ModelError::Position`] for a token id outside `0..vocab_size` or a sequence longer
+    /// than `max_position_embeddings` (the id, its place, the limit and the fix);
+    /// [`ModelError::TokenType`] for a token type id outside `0..type_vocab_size`.
+    pub fn try_forward(
+        &self,
+        ids: Tensor<2, Int>,
+        token_type_ids: Tensor<2, Int>,
+        attention_mask_padding: Tensor<2, Bool>,
+    ) -> Result<Tensor<3>, ModelError> {
+        let types = self.weights.token_types.weight.dims()[0];
+        let [_, seq] = token_type_ids.dims();
+        let bad = token_type_ids
+            .to_data()
+            .iter::<i64>()
+            .enumerate()
+            .find(|(_, t)| !(0..types as i64).contains(t));
+        if let Some((index, id)) = bad {
+            return Err(ModelError::TokenType {
+                id,
+                at: [index / seq.max(1), index % seq.max(1)],
+                type_vocab_size: types,
+            });
+        }
+        let x = self.embedding.try_forward(ids)? + self.weights.token_types.forward(token_type_ids);
+        Ok(self.encode(x, attention_mask_padding))
+    }
+
+    /// The layers and the head over embedded tokens.
+    fn encode(&self, x: Tensor<3>, attention_mask_padding: Tensor<2, Bool>) -> Tensor<3> {
         let w = &self.weights;
-        let x = self.embedding.forward(ids) + w.token_types.forward(token_type_ids);
         let mut x = w.embedding_norm.forward(x);
         let options = AttendOptions::new()
             .key_padding(attention_mask_padding)

@@ -77,6 +77,19 @@ pub enum ModelError {
         /// burn's message.
         detail: String,
     },
+    /// A token type id (BERT's `token_type_ids`) outside the model's table.
+    #[error(
+        "token type id {id} at [batch {}, index {}] is outside 0..{type_vocab_size} (type_vocab_size in config.json). Fix: use segment ids the model was trained with (0 and 1 for BERT), as its tokenizer writes them",
+        at[0], at[1]
+    )]
+    TokenType {
+        /// The id.
+        id: i64,
+        /// Its place: `[batch, index along seq]`.
+        at: [usize; 2],
+        /// Rows of the token type table.
+        type_vocab_size: usize,
+    },
     /// A compute dtype the device cannot run.
     #[error(
         "{device} cannot compute in {dtype} (loading {file}): it lacks {dtype} arithmetic or matrix products. Fix: load in float32 (`--dtype f32`, `Checkpoint::with_dtype(FloatDType::F32)`), or use a device that has {dtype} (flex on the CPU; a GPU with {dtype} through CUDA)"

@@ -63,7 +63,62 @@ fn bert(device: &Device) {
     bert_matches_transformers("bert", device);
 }
 
-on_every_device!(bert);
+/// Input from outside, checked before anything runs: an id past the vocabulary or negative,
+/// a token type past the table, each a typed error naming the value, its place and the limit
+/// (before, `forward` gave NaN rows for the ids and on wgpu stray rows for the types).
+fn bad_input_is_refused(device: &Device) {
+    let fx = Fixture::open("bert");
+    let model = burn_positional_models::bert::load(&fx.checkpoint(), device).unwrap();
+    let batch = fx.batch();
+    let types = fx.rows("token_type_ids");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fx.dir.join("config.json")).unwrap())
+            .unwrap();
+    let vocab = config["vocab_size"].as_i64().expect("vocab_size");
+    for (bad, says) in [
+        (vocab, format!("token id {vocab} at [batch 1, index 3]")),
+        (-1, "token id -1 at [batch 1, index 3]".to_string()),
+    ] {
+        let mut ids = batch.ids.clone();
+        ids[1][3] = bad;
+        let err = model
+            .try_forward(
+                ints(&ids, device),
+                ints(&types, device),
+                padding(&batch.mask, device),
+            )
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains(&says), "{message}");
+        assert!(message.contains(&vocab.to_string()), "{message}");
+    }
+    let mut bad_types = types.clone();
+    bad_types[0][5] = 2;
+    let err = model
+        .try_forward(
+            ints(&batch.ids, device),
+            ints(&bad_types, device),
+            padding(&batch.mask, device),
+        )
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("token type id 2 at [batch 0, index 5] is outside 0..2"),
+        "{message}"
+    );
+    // Good input: the same logits as forward.
+    let ok = model
+        .try_forward(
+            ints(&batch.ids, device),
+            ints(&types, device),
+            padding(&batch.mask, device),
+        )
+        .unwrap();
+    let err = max_relative_error(ok, fx.tensor("logits", device), &batch.mask);
+    assert!(err < TOLERANCE, "{err:.2e}");
+}
+
+on_every_device!(bert, bad_input_is_refused);
 
 /// `from_pretrained`'s tying: the MLM decoder's own weight and bias where the file holds them,
 /// the word table and `cls.predictions.bias` where it does not; without tying, its own.
