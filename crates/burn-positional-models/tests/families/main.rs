@@ -39,4 +39,5 @@ mod bert;
 mod bloom;
 mod decoders;
 mod gpt2;
+mod sampling;
 mod t5;
