@@ -38,6 +38,7 @@ mod fixture;
 mod bert;
 mod bloom;
 mod decoders;
+mod generation;
 mod gpt2;
 mod sampling;
 mod t5;
