@@ -333,7 +333,7 @@ pub fn check_prompts(prompts: &[Vec<i64>], vocab_size: usize) -> Result<(), Gene
     }
     for (row, prompt) in prompts.iter().enumerate() {
         for (column, &id) in prompt.iter().enumerate() {
-            if usize::try_from(id).map_or(true, |id| id >= vocab_size) {
+            if !usize::try_from(id).is_ok_and(|id| id < vocab_size) {
                 return Err(GenerateError::PromptToken {
                     id,
                     row,
@@ -356,7 +356,7 @@ pub(crate) fn check_special(
     id: i64,
     vocab_size: usize,
 ) -> Result<(), GenerateError> {
-    if usize::try_from(id).map_or(true, |id| id >= vocab_size) {
+    if !usize::try_from(id).is_ok_and(|id| id < vocab_size) {
         return Err(GenerateError::SpecialToken {
             field,
             id,

@@ -94,12 +94,15 @@ pub fn top_k(row: &mut [f32], top_k: usize, min_tokens_to_keep: usize) {
         .for_each(|s| *s = FILTER_VALUE);
 }
 
-/// transformers' `TopPLogitsWarper`: the scores sorted ascending (ties in index order, as
-/// torch's stable CPU sort leaves them), their softmax summed from the smallest; a token whose
-/// running sum is at most `1 - top_p` is removed, except the `min_tokens_to_keep` largest.
+/// transformers' `TopPLogitsWarper`: the scores sorted ascending, their softmax summed from
+/// the smallest; a token whose running sum is at most `1 - top_p` is removed, except the
+/// `min_tokens_to_keep` largest.
 ///
-/// The softmax and the running sum are in f64 (transformers: float32), so a sum within a
-/// rounding error of `1 - top_p` may fall the other way.
+/// Two differences, both at a boundary: equal scores are sorted in index order (a stable sort),
+/// where torch's CPU `sort` is unstable, so when equal scores straddle the threshold the same
+/// number of them is removed, possibly not the same ones; and the softmax and the running sum
+/// are in f64 (transformers: float32), so a sum within a rounding error of `1 - top_p` may fall
+/// the other way.
 ///
 /// # Panics
 ///
