@@ -145,11 +145,11 @@ fn run(args: Args) -> Result<(), String> {
     let generated: Generated = if model_type == "t5" {
         let model = t5::load(&checkpoint, &device).map_err(|e| e.to_string())?;
         eprintln!(" {:.1} s", started.elapsed().as_secs_f64());
-        t5::try_generate(&model, &[prompt.clone()], &options, &device)
+        t5::try_generate(&model, std::slice::from_ref(&prompt), &options, &device)
     } else {
         let model = load_causal_lm(&args.dir, &device).map_err(|e| e.to_string())?;
         eprintln!(" {:.1} s", started.elapsed().as_secs_f64());
-        try_generate(&model, &[prompt.clone()], &options, &device)
+        try_generate(&model, std::slice::from_ref(&prompt), &options, &device)
     }
     .map_err(|e| e.to_string())?;
     let tokens = &generated.tokens[0];

@@ -165,7 +165,14 @@ pub enum GenerateError {
         /// Positions the model has.
         limit: usize,
     },
-    /// generation_config.json (or config.json) could not be read.
+    /// generation_config.json (or config.json) could not be read (boxed: a reading error is
+    /// large and rare).
     #[error(transparent)]
-    Model(#[from] ModelError),
+    Model(Box<ModelError>),
+}
+
+impl From<ModelError> for GenerateError {
+    fn from(err: ModelError) -> Self {
+        Self::Model(Box::new(err))
+    }
 }
