@@ -316,6 +316,10 @@ impl CausalLm for Bloom {
         Bloom::n_layers(self)
     }
 
+    fn vocab_size(&self) -> usize {
+        self.word_embeddings.weight.lazy_shape()[0]
+    }
+
     fn hidden(&self, step: &Step, caches: Option<&mut [KvCache]>) -> Tensor<3> {
         Bloom::hidden(self, step, caches)
     }

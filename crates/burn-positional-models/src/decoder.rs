@@ -379,6 +379,10 @@ impl CausalLm for Decoder {
         self.layers.len()
     }
 
+    fn vocab_size(&self) -> usize {
+        self.embed.vocab_size()
+    }
+
     fn recompute_cache(&self, total: usize, cached: usize) -> bool {
         // Phi3ForCausalLM.prepare_inputs_for_generation: `input_ids.shape[1] >= original + 1`
         // and `cache.get_seq_length() <= original`.

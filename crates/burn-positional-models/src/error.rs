@@ -112,3 +112,92 @@ pub enum ModelError {
     #[error(transparent)]
     Pretrained(#[from] PretrainedError),
 }
+
+/// Why generation refused to start: a setting out of range, or a prompt the model cannot read.
+/// Checked on the host before anything runs on the device.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    /// A generation setting outside the range transformers accepts.
+    #[error("{source_name}: `{field}` = {value} is out of range: {allowed}. Fix: {fix}")]
+    Setting {
+        /// Where the value came from (a generation_config.json, config.json, or "options").
+        source_name: String,
+        /// The field, as transformers names it.
+        field: &'static str,
+        /// The value found.
+        value: String,
+        /// The values allowed.
+        allowed: String,
+        /// What to do.
+        fix: &'static str,
+    },
+    /// A prompt token the model's token table has no row for.
+    #[error(
+        "prompt row {row}, column {column}: token id {id} is outside the vocabulary of \
+         {vocab_size} ids (0..={}). Fix: encode the prompt with this checkpoint's tokenizer",
+        vocab_size.saturating_sub(1)
+    )]
+    PromptToken {
+        /// The id.
+        id: i64,
+        /// The prompt (its index in the batch).
+        row: usize,
+        /// The place in that prompt (before padding).
+        column: usize,
+        /// The model's vocabulary size.
+        vocab_size: usize,
+    },
+    /// A special token the model would be fed (padding, the decoder's start) outside the
+    /// vocabulary.
+    #[error(
+        "`{field}` = {id} is outside the vocabulary of {vocab_size} ids (0..={}): the model \
+         would read it as input. Fix: set `{field}` to an id of this checkpoint's tokenizer \
+         (its generation_config.json or config.json has it)",
+        vocab_size.saturating_sub(1)
+    )]
+    SpecialToken {
+        /// The setting (`pad_token_id`, `decoder_start_token_id`).
+        field: &'static str,
+        /// The id.
+        id: i64,
+        /// The model's vocabulary size.
+        vocab_size: usize,
+    },
+    /// An empty batch or an empty prompt.
+    #[error(
+        "generate: every prompt needs at least one token, got lengths {lengths:?}. Fix: drop \
+         empty prompts (or start them with the model's BOS token)"
+    )]
+    EmptyPrompt {
+        /// The prompts' lengths.
+        lengths: Vec<usize>,
+    },
+    /// The prompt and the new tokens need positions the model has no weights for.
+    #[error(
+        "generate: the longest prompt ({longest} tokens) and {max_new_tokens} new tokens need \
+         positions up to {}, the model has weights for {limit} (n_positions). Fix: at most {} \
+         new tokens, or a shorter prompt",
+        needed - 1,
+        (limit + 1).saturating_sub(*longest)
+    )]
+    PositionLimit {
+        /// The longest prompt's length.
+        longest: usize,
+        /// The new tokens asked for.
+        max_new_tokens: usize,
+        /// Positions needed.
+        needed: usize,
+        /// Positions the model has.
+        limit: usize,
+    },
+    /// generation_config.json (or config.json) could not be read (boxed: a reading error is
+    /// large and rare).
+    #[error(transparent)]
+    Model(Box<ModelError>),
+}
+
+impl From<ModelError> for GenerateError {
+    fn from(err: ModelError) -> Self {
+        Self::Model(Box::new(err))
+    }
+}

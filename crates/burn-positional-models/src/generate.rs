@@ -1,10 +1,15 @@
-//! Greedy generation with a [`KvCache`] per layer, on a left-padded batch, as transformers'
-//! `generate(do_sample=False)` runs it.
+//! Generation with a [`KvCache`] per layer, on a left-padded batch, as transformers'
+//! `generate` runs it for one beam: greedy or sampled ([`crate::sampling`]), stopping each row
+//! at its eos token.
 
 use std::time::{Duration, Instant};
 
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use burn_positional::KvCache;
+
+use crate::error::GenerateError;
+use crate::generation_config::{DEFAULT_NEW_TOKENS, GenerationConfig, check_sampling, setting};
+use crate::sampling::{Sampler, Sampling};
 
 /// A batch of prompts of different lengths, padded on the left as transformers pads a batch for
 /// generation.
@@ -175,6 +180,10 @@ pub trait CausalLm {
         false
     }
 
+    /// Rows of the token table: prompt ids must be below it. Read from the table's shape,
+    /// without touching the device.
+    fn vocab_size(&self) -> usize;
+
     /// Positions the model has weights for (GPT-2's `n_positions`), if it has a limit.
     fn position_limit(&self) -> Option<usize> {
         None
@@ -184,9 +193,12 @@ pub trait CausalLm {
 /// What [`generate`] produced.
 #[derive(Debug, Clone)]
 pub struct Generated {
-    /// `[batch][max_new_tokens]` the generated ids.
+    /// `[batch][steps]` the generated ids: `max_new_tokens` of them, or fewer when every row
+    /// met an eos token first. A row that met one keeps it, then `pad_token_id` (as
+    /// transformers returns it).
     pub tokens: Vec<Vec<i64>>,
-    /// The logits `[batch, vocab]` each token was chosen from (transformers' `output_logits`).
+    /// The logits `[batch, vocab]` each token was chosen from, before any processor
+    /// (transformers' `output_logits`).
     pub step_logits: Vec<Tensor<2>>,
     /// Time of the prompt's forward and its first token (read back).
     pub prefill: Duration,
@@ -194,14 +206,231 @@ pub struct Generated {
     pub decode: Duration,
 }
 
+/// How [`try_generate`] (and [`t5::try_generate`](crate::t5::try_generate)) generate: length,
+/// special tokens, sampling and its seed. Built from a checkpoint's
+/// [`GenerationConfig`](crate::GenerationConfig) with [`from_config`](Self::from_config) or
+/// greedy with [`greedy`](Self::greedy); every field can be set after.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateOptions {
+    /// New tokens at most (wins over `max_length`).
+    pub max_new_tokens: Option<usize>,
+    /// Input and new tokens together at most, the input being the padded prompt (decoder-only)
+    /// or the decoder's start token (T5); used without `max_new_tokens`. Without either,
+    /// [`DEFAULT_NEW_TOKENS`](crate::generation_config::DEFAULT_NEW_TOKENS).
+    pub max_length: Option<usize>,
+    /// Padding left of the shorter prompts (right of T5's), and after a row's eos.
+    pub pad_token_id: i64,
+    /// Tokens that end a row; none: every row runs to the length.
+    pub eos_token_ids: Vec<i64>,
+    /// Greedy or sampling, and the processors.
+    pub sampling: Sampling,
+    /// The seed of the draw ([`Sampler`]); unused when greedy.
+    pub seed: u64,
+    /// T5's first decoder token; `None`: the model's own
+    /// ([`T5::decoder_start_token_id`](crate::t5::T5::decoder_start_token_id)).
+    pub decoder_start_token_id: Option<i64>,
+}
+
+impl GenerateOptions {
+    /// Greedy decoding of `max_new_tokens` with `pad`, no eos token: what [`generate`] runs.
+    pub fn greedy(max_new_tokens: usize, pad: i64) -> Self {
+        Self {
+            max_new_tokens: Some(max_new_tokens),
+            max_length: None,
+            pad_token_id: pad,
+            eos_token_ids: Vec::new(),
+            sampling: Sampling::greedy(),
+            seed: 0,
+            decoder_start_token_id: None,
+        }
+    }
+
+    /// The settings of `config` with transformers' defaults: the pad token is
+    /// `pad_token_id`, else the first eos id, else 0 (padding is masked, any id serves);
+    /// seed 0.
+    pub fn from_config(config: &GenerationConfig) -> Self {
+        let positive = |n: Option<i64>| n.map(|n| n.max(0) as usize);
+        Self {
+            max_new_tokens: positive(config.max_new_tokens),
+            max_length: positive(config.max_length),
+            pad_token_id: config.pad_token_id().unwrap_or(0),
+            eos_token_ids: config.eos_token_ids(),
+            sampling: config.sampling(),
+            seed: 0,
+            decoder_start_token_id: config.decoder_start_token_id(),
+        }
+    }
+
+    /// These options with `max_new_tokens` new tokens at most.
+    pub fn with_max_new_tokens(mut self, max_new_tokens: usize) -> Self {
+        self.max_new_tokens = Some(max_new_tokens);
+        self
+    }
+
+    /// These options with the draw seeded by `seed`.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// These options with `sampling`.
+    pub fn with_sampling(mut self, sampling: Sampling) -> Self {
+        self.sampling = sampling;
+        self
+    }
+
+    /// These options with `eos_token_ids` ending a row.
+    pub fn with_eos(mut self, eos_token_ids: Vec<i64>) -> Self {
+        self.eos_token_ids = eos_token_ids;
+        self
+    }
+
+    /// Refuses sampling settings transformers' processors refuse.
+    ///
+    /// # Errors
+    ///
+    /// [`GenerateError::Setting`] naming the field, the value and the range.
+    pub fn check(&self) -> Result<(), GenerateError> {
+        check_sampling(&self.sampling, "GenerateOptions")
+    }
+
+    /// The new tokens for an input of `input_len` tokens: `max_new_tokens`, else
+    /// `max_length - input_len`, else 20 (transformers' `_prepare_generated_length`).
+    ///
+    /// # Errors
+    ///
+    /// [`GenerateError::Setting`] when `max_length` leaves no room (transformers'
+    /// `ValueError`).
+    pub fn new_tokens(&self, input_len: usize) -> Result<usize, GenerateError> {
+        match (self.max_new_tokens, self.max_length) {
+            (Some(n), _) => Ok(n),
+            (None, Some(total)) if total <= input_len => Err(setting(
+                "GenerateOptions",
+                "max_length",
+                total,
+                &format!("more than the input's {input_len} tokens"),
+                "set max_new_tokens instead, or a larger max_length",
+            )),
+            (None, Some(total)) => Ok(total - input_len),
+            (None, None) => Ok(DEFAULT_NEW_TOKENS),
+        }
+    }
+}
+
+/// Checks every prompt id against the vocabulary, on the host: a model gathers an embedding
+/// row per id, and one past the table reads garbage or fails inside a kernel.
+///
+/// # Errors
+///
+/// [`GenerateError::EmptyPrompt`] for no prompts or an empty one,
+/// [`GenerateError::PromptToken`] naming the first id outside `0..vocab_size`, its row and
+/// column.
+pub fn check_prompts(prompts: &[Vec<i64>], vocab_size: usize) -> Result<(), GenerateError> {
+    if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+        return Err(GenerateError::EmptyPrompt {
+            lengths: prompts.iter().map(Vec::len).collect(),
+        });
+    }
+    for (row, prompt) in prompts.iter().enumerate() {
+        for (column, &id) in prompt.iter().enumerate() {
+            if !usize::try_from(id).is_ok_and(|id| id < vocab_size) {
+                return Err(GenerateError::PromptToken {
+                    id,
+                    row,
+                    column,
+                    vocab_size,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a special token the model is fed (padding, T5's decoder start).
+///
+/// # Errors
+///
+/// [`GenerateError::SpecialToken`] if `id` is outside `0..vocab_size`.
+pub(crate) fn check_special(
+    field: &'static str,
+    id: i64,
+    vocab_size: usize,
+) -> Result<(), GenerateError> {
+    if !usize::try_from(id).is_ok_and(|id| id < vocab_size) {
+        return Err(GenerateError::SpecialToken {
+            field,
+            id,
+            vocab_size,
+        });
+    }
+    Ok(())
+}
+
+/// The choice of each step's tokens and the rows' ends, shared by the decoder-only and the T5
+/// loops: transformers' `_sample` with its `unfinished_sequences`.
+pub(crate) struct Chooser<'a> {
+    options: &'a GenerateOptions,
+    sampler: Sampler,
+    unfinished: Vec<bool>,
+}
+
+impl<'a> Chooser<'a> {
+    pub(crate) fn new(options: &'a GenerateOptions, batch: usize) -> Self {
+        Self {
+            options,
+            sampler: Sampler::new(options.seed),
+            unfinished: vec![true; batch],
+        }
+    }
+
+    /// The next token of each row from `logits` `[batch, vocab]`, `history(row)` the row's
+    /// sequence so far (what the repetition penalty sees): the argmax on the device when
+    /// greedy without a penalty (one read of `batch` ids), else the processors and the draw on
+    /// the host. Rows already finished get the pad token, and a row meeting an eos token is
+    /// finished.
+    pub(crate) fn next<'h>(
+        &mut self,
+        logits: Tensor<2>,
+        history: impl Fn(usize) -> &'h [i64],
+    ) -> Vec<i64> {
+        let sampling = &self.options.sampling;
+        let mut next: Vec<i64> = if sampling.is_plain_argmax() {
+            logits.argmax(1).into_data().iter::<i64>().collect()
+        } else {
+            let vocab = logits.dims()[1];
+            let mut rows: Vec<f32> = logits.into_data().iter::<f32>().collect();
+            rows.chunks_mut(vocab)
+                .enumerate()
+                .map(|(row, scores)| self.sampler.next_token(sampling, scores, history(row)))
+                .collect()
+        };
+        for (token, unfinished) in next.iter_mut().zip(&mut self.unfinished) {
+            if !*unfinished {
+                *token = self.options.pad_token_id;
+            } else if self.options.eos_token_ids.contains(token) {
+                *unfinished = false;
+            }
+        }
+        next
+    }
+
+    /// Whether every row has met an eos token.
+    pub(crate) fn all_finished(&self) -> bool {
+        self.unfinished.iter().all(|u| !u)
+    }
+}
+
 /// Greedy generation: the prompts left-padded with `pad`, one forward over them filling a
 /// cache per layer, then one token per step, each the argmax of the last logits, for
-/// `max_new_tokens` steps (no stop token: as transformers with `eos_token_id=None`). Each step reads the chosen ids back from the device.
+/// `max_new_tokens` steps (no stop token: as transformers with `eos_token_id=None`). Each step
+/// reads the chosen ids back from the device. [`try_generate`] with
+/// [`GenerateOptions::greedy`].
 ///
 /// # Panics
 ///
-/// If `prompts` is empty or holds an empty prompt, or the longest prompt and the new tokens
-/// pass the model's [`position_limit`](CausalLm::position_limit).
+/// With [`try_generate`]'s error message: an empty prompt, a prompt id or `pad` outside the
+/// model's vocabulary, or the longest prompt and the new tokens past the model's
+/// [`position_limit`](CausalLm::position_limit).
 pub fn generate<M: CausalLm>(
     model: &M,
     prompts: &[Vec<i64>],
@@ -209,26 +438,63 @@ pub fn generate<M: CausalLm>(
     max_new_tokens: usize,
     device: &Device,
 ) -> Generated {
+    try_generate(
+        model,
+        prompts,
+        &GenerateOptions::greedy(max_new_tokens, pad),
+        device,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Generation as transformers' `generate` runs it for one beam: the prompts left-padded with
+/// `options.pad_token_id`, one forward over them filling a cache per layer, then one token per
+/// step from the last logits (the argmax, or the processors of `options.sampling` and a draw
+/// seeded by `options.seed`), until the length or until every row has met an eos token; a
+/// row's tokens after its eos are the pad token. Everything is checked on the host before the
+/// model runs.
+///
+/// # Errors
+///
+/// [`GenerateError::Setting`] for a sampling setting out of range or a `max_length` that
+/// leaves no room, [`GenerateError::EmptyPrompt`], [`GenerateError::PromptToken`] for a
+/// prompt id outside the vocabulary, [`GenerateError::SpecialToken`] for such a pad token,
+/// [`GenerateError::PositionLimit`] when the model has no weights for the positions needed.
+pub fn try_generate<M: CausalLm>(
+    model: &M,
+    prompts: &[Vec<i64>],
+    options: &GenerateOptions,
+    device: &Device,
+) -> Result<Generated, GenerateError> {
+    options.check()?;
+    let vocab_size = model.vocab_size();
+    check_prompts(prompts, vocab_size)?;
+    let pad = options.pad_token_id;
+    check_special("pad_token_id", pad, vocab_size)?;
     let batch = Batch::left_padded(prompts, pad);
     let longest = batch.ids[0].len();
+    let max_new_tokens = options.new_tokens(longest)?;
     if let Some(limit) = model.position_limit() {
         // The last token fed sits at position longest + max_new_tokens - 2.
         let needed = longest + max_new_tokens.max(1) - 1;
-        assert!(
-            needed <= limit,
-            "generate: the longest prompt ({longest} tokens) and {max_new_tokens} new tokens need \
-             positions up to {}, the model has weights for {limit} (n_positions). Fix: at most \
-             {} new tokens, or a shorter prompt",
-            needed - 1,
-            (limit + 1).saturating_sub(longest)
-        );
+        if needed > limit {
+            return Err(GenerateError::PositionLimit {
+                longest,
+                max_new_tokens,
+                needed,
+                limit,
+            });
+        }
     }
+    // transformers' repetition penalty skips the left padding (`prompt_ignore_length`).
+    let padding: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
     let mut ids = batch.ids.clone();
     let mut positions = batch.positions();
     let mut mask = batch.mask.clone();
     let mut caches = vec![KvCache::new(); model.n_layers()];
     let mut tokens = vec![Vec::with_capacity(max_new_tokens); prompts.len()];
     let mut step_logits = Vec::with_capacity(max_new_tokens);
+    let mut chooser = Chooser::new(options, prompts.len());
     let start = Instant::now();
     let mut prefill = Duration::ZERO;
     let mut past = 0;
@@ -245,8 +511,7 @@ pub fn generate<M: CausalLm>(
         let logits = model.head(hidden.slice([0..b, seq - 1..seq, 0..width]));
         let vocab = logits.dims()[2];
         let last = logits.reshape([b, vocab]);
-        let next = last.clone().argmax(1).into_data();
-        let next: Vec<i64> = next.iter::<i64>().collect();
+        let next = chooser.next(last.clone(), |row| &ids[row][padding[row]..]);
         step_logits.push(last);
         for (row, &token) in next.iter().enumerate() {
             tokens[row].push(token);
@@ -257,18 +522,22 @@ pub fn generate<M: CausalLm>(
                 .filter(|(_, m)| **m)
                 .count() as i64;
             positions[row].push(position);
+            // transformers extends the attention mask with ones, finished rows included.
             mask[row].push(true);
         }
         if step_index == 0 {
             prefill = start.elapsed();
         }
+        if chooser.all_finished() {
+            break;
+        }
     }
-    Generated {
+    Ok(Generated {
         tokens,
         step_logits,
         prefill,
         decode: start.elapsed() - prefill,
-    }
+    })
 }
 
 #[cfg(test)]

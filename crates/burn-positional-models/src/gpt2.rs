@@ -352,6 +352,10 @@ impl CausalLm for Gpt2 {
         Gpt2::n_layers(self)
     }
 
+    fn vocab_size(&self) -> usize {
+        self.embedding.vocab_size()
+    }
+
     fn position_limit(&self) -> Option<usize> {
         match &self.embedding.position {
             burn_positional::AbsolutePosition::Learned(table) => Some(table.max_len()),

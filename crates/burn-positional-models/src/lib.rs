@@ -25,16 +25,19 @@ mod checkpoint;
 pub mod decoder;
 mod error;
 pub mod generate;
+pub mod generation_config;
 pub mod gpt2;
 pub mod llama;
 pub mod mistral;
 pub mod phi3;
 pub mod qwen2;
+pub mod sampling;
 pub mod t5;
 
 pub use checkpoint::{Checkpoint, ComputeDtype, Remap, dtype_name, parse_dtype};
-pub use error::ModelError;
-pub use generate::{Batch, CausalLm, Generated, Step, generate};
+pub use error::{GenerateError, ModelError};
+pub use generate::{Batch, CausalLm, GenerateOptions, Generated, Step, generate, try_generate};
+pub use generation_config::{GenerationConfig, TokenIds};
 
 use burn::tensor::{Device, Tensor};
 use burn_positional::KvCache;
@@ -62,6 +65,14 @@ impl CausalLm for AnyCausalLm {
             Self::Gpt2(m) => m.n_layers(),
             Self::Decoder(m) => m.n_layers(),
             Self::Bloom(m) => m.n_layers(),
+        }
+    }
+
+    fn vocab_size(&self) -> usize {
+        match self {
+            Self::Gpt2(m) => m.vocab_size(),
+            Self::Decoder(m) => m.vocab_size(),
+            Self::Bloom(m) => m.vocab_size(),
         }
     }
 

@@ -30,6 +30,8 @@ use serde::Deserialize;
 use crate::bert::file_keys;
 use crate::checkpoint::{Checkpoint, Remap};
 use crate::decoder::{Activation, rms_norm};
+use crate::error::GenerateError;
+use crate::generate::{Chooser, GenerateOptions, check_prompts, check_special};
 use crate::{Generated, ModelError};
 
 /// `T5Config`'s fields the port reads, with transformers 5.24's defaults. The derived fields
@@ -543,6 +545,12 @@ impl T5 {
         self.decode_step(ids, &self.memory(encoded, padding), None)
     }
 
+    /// Rows of the shared token table: encoder prompt ids must be below it. Read from its
+    /// shape, without touching the device.
+    pub fn vocab_size(&self) -> usize {
+        self.weights.shared.weight.lazy_shape()[0]
+    }
+
     /// The decoder's final hidden state to logits: scaled by `output_scale`, then `lm_head` or
     /// the shared table.
     fn logits(&self, x: Tensor<3>) -> Tensor<3> {
@@ -596,11 +604,12 @@ pub fn inputs(
 /// the prompts right-padded with `pad` and encoded once, the cross-attention keys and values
 /// computed once, then `max_new_tokens` decoder steps from `decoder_start_token_id`, one
 /// [`KvCache`] per decoder block, each token the argmax of its step's logits. The start token
-/// is not in [`Generated::tokens`].
+/// is not in [`Generated::tokens`]. [`try_generate`] with [`GenerateOptions::greedy`].
 ///
 /// # Panics
 ///
-/// If `prompts` is empty or holds an empty prompt.
+/// With [`try_generate`]'s error message: an empty prompt, or a prompt id, `pad` or the
+/// decoder's start token outside the vocabulary.
 pub fn generate(
     model: &T5,
     prompts: &[Vec<i64>],
@@ -608,35 +617,80 @@ pub fn generate(
     max_new_tokens: usize,
     device: &Device,
 ) -> Generated {
-    let (ids, padding) = inputs(prompts, pad, device);
+    try_generate(
+        model,
+        prompts,
+        &GenerateOptions::greedy(max_new_tokens, pad),
+        device,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Generation as transformers' `generate` runs an encoder-decoder for one beam: the prompts
+/// right-padded with `options.pad_token_id` and encoded once, the cross-attention keys and
+/// values computed once, then decoder steps from the start token (`options`', else the
+/// model's), one [`KvCache`] per decoder block, each token the argmax or a seeded draw of its
+/// step's processed logits (the repetition penalty sees the decoder's tokens, the start token
+/// included, as transformers'), until the length or until every row has met an eos token,
+/// pad tokens after it. The start token is not in [`Generated::tokens`]. Everything is
+/// checked on the host before the model runs.
+///
+/// # Errors
+///
+/// [`GenerateError::Setting`] for a sampling setting out of range or a `max_length` of 1,
+/// [`GenerateError::EmptyPrompt`], [`GenerateError::PromptToken`] for an encoder prompt id
+/// outside the vocabulary, [`GenerateError::SpecialToken`] for such a pad or start token.
+pub fn try_generate(
+    model: &T5,
+    prompts: &[Vec<i64>],
+    options: &GenerateOptions,
+    device: &Device,
+) -> Result<Generated, GenerateError> {
+    options.check()?;
+    let vocab_size = model.vocab_size();
+    check_prompts(prompts, vocab_size)?;
+    check_special("pad_token_id", options.pad_token_id, vocab_size)?;
+    let start_token = options
+        .decoder_start_token_id
+        .unwrap_or(model.decoder_start_token_id);
+    check_special("decoder_start_token_id", start_token, vocab_size)?;
+    // The decoder's input is the start token alone (what `max_length` counts from).
+    let max_new_tokens = options.new_tokens(1)?;
+    let (ids, padding) = inputs(prompts, options.pad_token_id, device);
     let batch = prompts.len();
     let start = Instant::now();
     let memory = model.memory(model.encode(ids, padding.clone()), padding);
     let mut caches = vec![KvCache::new(); model.weights.decoder.blocks.len()];
-    let mut last = vec![model.decoder_start_token_id; batch];
+    let mut decoded = vec![vec![start_token]; batch];
     let mut tokens = vec![Vec::with_capacity(max_new_tokens); batch];
     let mut step_logits = Vec::with_capacity(max_new_tokens);
+    let mut chooser = Chooser::new(options, batch);
     let mut prefill = Duration::ZERO;
     for step in 0..max_new_tokens {
-        let ids = Tensor::<2, Int>::from_data(TensorData::new(last.clone(), [batch, 1]), device);
+        let last: Vec<i64> = decoded.iter().map(|row| row[row.len() - 1]).collect();
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(last, [batch, 1]), device);
         let logits = model.decode_step(ids, &memory, Some(&mut caches));
         let [_, _, vocab] = logits.dims();
         let logits = logits.reshape([batch, vocab]);
-        last = logits.clone().argmax(1).into_data().iter::<i64>().collect();
+        let next = chooser.next(logits.clone(), |row| &decoded[row]);
         step_logits.push(logits);
-        for (row, &token) in last.iter().enumerate() {
+        for (row, &token) in next.iter().enumerate() {
             tokens[row].push(token);
+            decoded[row].push(token);
         }
         if step == 0 {
             prefill = start.elapsed();
         }
+        if chooser.all_finished() {
+            break;
+        }
     }
-    Generated {
+    Ok(Generated {
         tokens,
         step_logits,
         prefill,
         decode: start.elapsed() - prefill,
-    }
+    })
 }
 
 /// transformers' key prefixes and the fields of [`T5Weights`]: gated `wi_0` is `wi`; `wi`,

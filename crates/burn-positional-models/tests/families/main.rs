@@ -39,6 +39,8 @@ mod bert;
 mod bloom;
 mod decoders;
 mod dtypes;
+mod generation;
 mod gpt2;
+mod sampling;
 mod sharded;
 mod t5;
