@@ -1,13 +1,16 @@
-//! Generation with a Hugging Face checkpoint folder (`config.json` + `model.safetensors`,
-//! `generation_config.json` if it has one, and `tokenizer.json` for text with
-//! `--features tokenizers`):
+//! Generation with a Hugging Face checkpoint folder (`config.json` + `model.safetensors` or
+//! its shards, `generation_config.json` if it has one, and `tokenizer.json` for text):
 //!
 //! ```text
 //! cargo run --release -p burn-positional-models --example generate -- <dir> --ids 1,2,3
-//! cargo run --release -p burn-positional-models --features tokenizers --example generate -- \
-//!     <dir> --prompt "The dog" [--device wgpu] [--max-new-tokens 32] \
+//! cargo run --release -p burn-positional-models --example generate -- \
+//!     <dir> --prompt "The dog" [--device wgpu] [--dtype bf16] [--max-new-tokens 32] \
 //!     [--do-sample true --temperature 0.7 --top-k 50 --top-p 0.9 --seed 1]
 //! ```
+//!
+//! With a tokenizer the text is printed as it is decoded (decoder-only families; T5's at the
+//! end). The weights are computed in `--dtype`, by default the files' where the device has it
+//! (bf16 on flex, f32 with a notice on wgpu, whose WGSL has no bf16).
 //!
 //! The family comes from `config.json`'s `model_type` (gpt2, llama, qwen2, phi3, bloom,
 //! mistral; t5 with an encoder prompt). The settings default to the folder's
@@ -21,7 +24,8 @@ use std::time::Instant;
 
 use burn_positional_examples::device::{DeviceChoice, open};
 use burn_positional_models::{
-    Checkpoint, GenerateOptions, Generated, GenerationConfig, load_causal_lm, t5, try_generate,
+    AnyCausalLm, Checkpoint, GenerateOptions, Generated, GenerationConfig, load_checkpoint, t5,
+    try_generate_streaming,
 };
 use clap::Parser;
 
@@ -58,6 +62,13 @@ struct Args {
     /// Penalise tokens already in the sequence (1: off).
     #[arg(long)]
     repetition_penalty: Option<f64>,
+    /// The compute dtype: f32, f16 or bf16 (default: the weights files' where the device
+    /// computes in it, else f32 with a notice).
+    #[arg(long, value_parser = burn_positional_models::parse_dtype)]
+    dtype: Option<burn::tensor::FloatDType>,
+    /// The tokenizer for --prompt (default: tokenizer.json in the checkpoint folder).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
     /// Seed of the draw: the same seed, the same tokens.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -101,12 +112,21 @@ fn run(args: Args) -> Result<(), String> {
         .model_type()
         .map_err(|e| e.to_string())?
         .to_string();
-    let prompt = match (&args.ids, &args.prompt) {
-        (Some(ids), _) => ids.clone(),
-        (None, Some(text)) => encode(&args.dir, text)?,
-        (None, None) => {
+    let text = match &args.prompt {
+        Some(_) => Some(tokenizer(
+            &args
+                .tokenizer
+                .clone()
+                .unwrap_or_else(|| args.dir.join("tokenizer.json")),
+        )?),
+        None => None,
+    };
+    let prompt = match (&args.ids, &args.prompt, &text) {
+        (Some(ids), ..) => ids.clone(),
+        (None, Some(prompt), Some(text)) => text.encode(prompt).map_err(|e| e.to_string())?,
+        _ => {
             return Err(
-                "give a prompt: --ids 1,2,3 (or --prompt \"text\" with the tokenizers feature)"
+                "give a prompt: --ids 1,2,3 (or --prompt \"text\" with the checkpoint's tokenizer.json)"
                     .into(),
             );
         }
@@ -139,23 +159,40 @@ fn run(args: Args) -> Result<(), String> {
         options.seed,
         options.eos_token_ids
     );
+    let checkpoint = match args.dtype {
+        Some(dtype) => checkpoint.with_dtype(dtype),
+        None => checkpoint,
+    };
+    let dtype = checkpoint
+        .compute_dtype(&device)
+        .map_err(|e| e.to_string())?;
+    if let Some(notice) = &dtype.notice {
+        eprintln!("{notice}");
+    }
     let started = Instant::now();
-    eprint!("loading {model_type} from {} ...", args.dir.display());
+    eprint!(
+        "loading {model_type} from {} in {} ...",
+        args.dir.display(),
+        burn_positional_models::dtype_name(dtype.dtype)
+    );
     // Errors (a prompt id outside the vocabulary, too many positions) name the fix.
-    let generated: Generated = if model_type == "t5" {
+    let (generated, streamed): (Generated, bool) = if model_type == "t5" {
         let model = t5::load(&checkpoint, &device).map_err(|e| e.to_string())?;
         eprintln!(" {:.1} s", started.elapsed().as_secs_f64());
-        t5::try_generate(&model, std::slice::from_ref(&prompt), &options, &device)
+        let out = t5::try_generate(&model, std::slice::from_ref(&prompt), &options, &device);
+        (out.map_err(|e| e.to_string())?, false)
     } else {
-        let model = load_causal_lm(&args.dir, &device).map_err(|e| e.to_string())?;
+        let model = load_checkpoint(&checkpoint, &device).map_err(|e| e.to_string())?;
         eprintln!(" {:.1} s", started.elapsed().as_secs_f64());
-        try_generate(&model, std::slice::from_ref(&prompt), &options, &device)
-    }
-    .map_err(|e| e.to_string())?;
+        let out = stream_generate(&model, &prompt, &options, &device, text.as_ref())?;
+        (out, text.is_some())
+    };
     let tokens = &generated.tokens[0];
-    match &args.prompt {
-        Some(_) => println!("{}", decode(&args.dir, &prompt, tokens)?),
-        None => println!(
+    match (&text, streamed) {
+        (Some(_), true) => println!(),
+        #[cfg(feature = "tokenizers")]
+        (Some(text), false) => println!("{}", text.decode(tokens).map_err(|e| e.to_string())?),
+        _ => println!(
             "{}",
             tokens
                 .iter()
@@ -178,33 +215,62 @@ fn run(args: Args) -> Result<(), String> {
 }
 
 #[cfg(feature = "tokenizers")]
-fn tokenizer(dir: &std::path::Path) -> Result<tokenizers::Tokenizer, String> {
-    let path = dir.join("tokenizer.json");
-    tokenizers::Tokenizer::from_file(&path).map_err(|e| format!("{}: {e}", path.display()))
-}
+type Tokenizer = burn_positional_models::text::Text;
 
 #[cfg(feature = "tokenizers")]
-fn encode(dir: &std::path::Path, text: &str) -> Result<Vec<i64>, String> {
-    let encoding = tokenizer(dir)?
-        .encode(text, true)
-        .map_err(|e| e.to_string())?;
-    Ok(encoding.get_ids().iter().map(|&id| id as i64).collect())
+fn tokenizer(path: &std::path::Path) -> Result<Tokenizer, String> {
+    Tokenizer::from_file(path).map_err(|e| e.to_string())
 }
 
-#[cfg(feature = "tokenizers")]
-fn decode(dir: &std::path::Path, prompt: &[i64], tokens: &[i64]) -> Result<String, String> {
-    let ids: Vec<u32> = prompt.iter().chain(tokens).map(|&id| id as u32).collect();
-    tokenizer(dir)?
-        .decode(&ids, true)
+/// Stands in for the tokenizer without the `tokenizers` feature: ids in, ids out.
+#[cfg(not(feature = "tokenizers"))]
+struct Tokenizer;
+
+#[cfg(not(feature = "tokenizers"))]
+fn tokenizer(_path: &std::path::Path) -> Result<Tokenizer, String> {
+    Err("--prompt needs the tokenizers feature (on by default; it was built without): cargo run --release -p burn-positional-models --features tokenizers --example generate -- <dir> --prompt \"...\" (or pass --ids 1,2,3)".into())
+}
+
+#[cfg(not(feature = "tokenizers"))]
+impl Tokenizer {
+    fn encode(&self, _text: &str) -> Result<Vec<i64>, String> {
+        unreachable!("tokenizer() refuses without the feature")
+    }
+}
+
+/// Generation, the text printed as each token is decoded (with a tokenizer).
+fn stream_generate(
+    model: &AnyCausalLm,
+    prompt: &[i64],
+    options: &GenerateOptions,
+    device: &burn::tensor::Device,
+    text: Option<&Tokenizer>,
+) -> Result<Generated, String> {
+    #[cfg(feature = "tokenizers")]
+    if let Some(text) = text {
+        use std::io::Write;
+        let mut stream = text.stream();
+        let eos = &options.eos_token_ids;
+        let mut done = false;
+        let mut failed = None;
+        print!("{}", text.decode(prompt).map_err(|e| e.to_string())?);
+        let out = try_generate_streaming(model, &[prompt.to_vec()], options, device, |tokens| {
+            if done || failed.is_some() {
+                return;
+            }
+            match stream.step(tokens[0]) {
+                Ok(piece) => print!("{}", piece.unwrap_or_default()),
+                Err(e) => failed = Some(e.to_string()),
+            }
+            let _ = std::io::stdout().flush();
+            done = eos.contains(&tokens[0]);
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        return out.map_err(|e| e.to_string());
+    }
+    let _ = text;
+    try_generate_streaming(model, &[prompt.to_vec()], options, device, |_| {})
         .map_err(|e| e.to_string())
-}
-
-#[cfg(not(feature = "tokenizers"))]
-fn encode(_dir: &std::path::Path, _text: &str) -> Result<Vec<i64>, String> {
-    Err("--prompt needs the tokenizers feature: cargo run --release -p burn-positional-models --features tokenizers --example generate -- <dir> --prompt \"...\" (or pass --ids 1,2,3)".into())
-}
-
-#[cfg(not(feature = "tokenizers"))]
-fn decode(_dir: &std::path::Path, _prompt: &[i64], _tokens: &[i64]) -> Result<String, String> {
-    unreachable!("encode refuses a text prompt without the tokenizers feature")
 }

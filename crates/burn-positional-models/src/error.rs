@@ -90,6 +90,16 @@ pub enum ModelError {
         /// Rows of the token type table.
         type_vocab_size: usize,
     },
+    /// A `tokenizer.json` that cannot be read, or text or ids it refuses.
+    #[error(
+        "{path}: {detail}. Fix: use the tokenizer.json saved with this checkpoint (tokenizers' format)"
+    )]
+    Tokenizer {
+        /// The file.
+        path: String,
+        /// The tokenizer's reason.
+        detail: String,
+    },
     /// A compute dtype the device cannot run.
     #[error(
         "{device} cannot compute in {dtype} (loading {file}): it lacks {dtype} arithmetic or matrix products. Fix: load in float32 (`--dtype f32`, `Checkpoint::with_dtype(FloatDType::F32)`), or use a device that has {dtype} (flex on the CPU; a GPU with {dtype} through CUDA)"

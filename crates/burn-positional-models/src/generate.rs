@@ -466,6 +466,24 @@ pub fn try_generate<M: CausalLm>(
     options: &GenerateOptions,
     device: &Device,
 ) -> Result<Generated, GenerateError> {
+    try_generate_streaming(model, prompts, options, device, |_| {})
+}
+
+/// [`try_generate`], calling `on_tokens` after every step with the token each row got (a
+/// finished row's is the pad token): for text streamed as it is decoded (`text::TextStream`
+/// with the `tokenizers` feature) or any progress of one's own. The tokens are host data
+/// already read for the next step; the callback adds no device read.
+///
+/// # Errors
+///
+/// As [`try_generate`].
+pub fn try_generate_streaming<M: CausalLm>(
+    model: &M,
+    prompts: &[Vec<i64>],
+    options: &GenerateOptions,
+    device: &Device,
+    mut on_tokens: impl FnMut(&[i64]),
+) -> Result<Generated, GenerateError> {
     options.check()?;
     let vocab_size = model.vocab_size();
     check_prompts(prompts, vocab_size)?;
@@ -513,6 +531,7 @@ pub fn try_generate<M: CausalLm>(
         let last = logits.reshape([b, vocab]);
         let next = chooser.next(last.clone(), |row| &ids[row][padding[row]..]);
         step_logits.push(last);
+        on_tokens(&next);
         for (row, &token) in next.iter().enumerate() {
             tokens[row].push(token);
             ids[row].push(token);

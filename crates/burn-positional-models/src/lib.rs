@@ -33,10 +33,15 @@ pub mod phi3;
 pub mod qwen2;
 pub mod sampling;
 pub mod t5;
+#[cfg(feature = "tokenizers")]
+pub mod text;
 
 pub use checkpoint::{Checkpoint, ComputeDtype, Remap, dtype_name, parse_dtype};
 pub use error::{GenerateError, ModelError};
-pub use generate::{Batch, CausalLm, GenerateOptions, Generated, Step, generate, try_generate};
+pub use generate::{
+    Batch, CausalLm, GenerateOptions, Generated, Step, generate, try_generate,
+    try_generate_streaming,
+};
 pub use generation_config::{GenerationConfig, TokenIds};
 
 use burn::tensor::{Device, Tensor};

@@ -44,3 +44,4 @@ mod gpt2;
 mod sampling;
 mod sharded;
 mod t5;
+mod text;
