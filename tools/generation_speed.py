@@ -133,6 +133,20 @@ class Stamps:
         pass
 
 
+def cpu_features():
+    """The CPU's model and the vector features PyTorch dispatches on (from /proc/cpuinfo)."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return "unknown"
+    model = next((l.split(":", 1)[1].strip() for l in info.splitlines()
+                  if l.startswith("model name")), "unknown")
+    flags = next((l.split(":", 1)[1].split() for l in info.splitlines()
+                  if l.startswith("flags")), [])
+    wanted = ["avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]
+    return f"{model} [{' '.join(f for f in wanted if f in flags)}]"
+
+
 def run(path, batch, prompt, new, threads, device="cpu", dtype=None):
     torch.set_num_threads(threads)
     if dtype is None:
@@ -141,9 +155,13 @@ def run(path, batch, prompt, new, threads, device="cpu", dtype=None):
             config = json.load(f)
         saved = config.get("dtype") or config.get("torch_dtype")
         dtype = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(saved, "f32")
+    loading = time.perf_counter()
     model = transformers.AutoModelForCausalLM.from_pretrained(
         path, dtype=DTYPES[dtype], attn_implementation="eager"
     ).to(device).eval()
+    if device != "cpu":
+        torch.cuda.synchronize()
+    load = time.perf_counter() - loading
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, 1000, (batch, prompt), generator=g).to(device)
     mask = torch.ones_like(ids)
@@ -186,6 +204,8 @@ def run(path, batch, prompt, new, threads, device="cpu", dtype=None):
         "prompt": prompt,
         "new": new,
         "threads": threads,
+        "cpu": cpu_features(),
+        "load_s": round(load, 3),
         "prefill_s": round(prefill, 4),
         "prefill_tokens_per_s": round(batch * prompt / prefill, 1),
         "decode_s": round(decode, 4),

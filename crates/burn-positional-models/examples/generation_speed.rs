@@ -10,14 +10,15 @@
 //! A batch of `--batch` random prompts of `--prompt` tokens (ids in 3..1000, seed 1), `--new`
 //! greedy tokens with `burn_positional_models::generate` (a `KvCache` per layer). Prefill is the
 //! time to the first token (the prompt's forward included), decode the time of the others;
-//! each token is read back from the device, as generation must. Peak memory is the process's
-//! peak resident set (`VmHWM`). Prints one JSON line.
+//! each token is read back from the device, as generation must. Load is the time from the
+//! folder to a model on the device (synced). Peak memory is the process's peak resident set
+//! (`VmHWM`). Prints one JSON line.
 
 use std::path::PathBuf;
 
 use burn::tensor::FloatDType;
 use burn_positional_examples::device::{DeviceChoice, open};
-use burn_positional_models::{generate, load_causal_lm};
+use burn_positional_models::{Checkpoint, generate, load_checkpoint};
 use clap::Parser;
 
 /// Tokens per second of greedy generation with a checkpoint folder.
@@ -37,43 +38,31 @@ struct Args {
     /// flex, ndarray, wgpu.
     #[arg(long, default_value = "flex")]
     device: DeviceChoice,
-    /// The compute dtype, f32, f16 or bf16: the device's default float dtype, set before the
-    /// model is built. Default: the dtype the checkpoint's config.json names (`dtype`, or
-    /// `torch_dtype`), else f32.
-    #[arg(long)]
-    dtype: Option<String>,
-}
-
-/// The dtype `--dtype` names, or the checkpoint's own (`dtype` or `torch_dtype` in config.json).
-fn compute_dtype(args: &Args) -> Result<FloatDType, String> {
-    let saved = || -> Option<String> {
-        let text = std::fs::read_to_string(args.dir.join("config.json")).ok()?;
-        let config: serde_json::Value = serde_json::from_str(&text).ok()?;
-        let name = config.get("dtype").or_else(|| config.get("torch_dtype"))?;
-        name.as_str().map(str::to_owned)
-    };
-    match args.dtype.clone().or_else(saved).as_deref() {
-        None | Some("f32" | "float32") => Ok(FloatDType::F32),
-        Some("f16" | "float16") => Ok(FloatDType::F16),
-        Some("bf16" | "bfloat16") => Ok(FloatDType::BF16),
-        Some(other) => Err(format!("dtype {other:?}: expected f32, f16 or bf16")),
-    }
+    /// The compute dtype, f32, f16 or bf16 (`Checkpoint::with_dtype`). Default: the weights
+    /// files' where the device computes in it, else f32 with a notice.
+    #[arg(long, value_parser = burn_positional_models::parse_dtype)]
+    dtype: Option<FloatDType>,
 }
 
 pub fn main() -> Result<(), String> {
     let args = Args::parse();
     let opened = open(args.device)?;
-    let mut device = opened.device;
-    let dtype = compute_dtype(&args)?;
-    if dtype != FloatDType::F32 {
-        device.configure(dtype).map_err(|e| {
-            format!(
-                "{} cannot compute in {dtype:?}: {e:?}. Fix: --dtype f32",
-                opened.description
-            )
-        })?;
+    let device = opened.device;
+    let mut checkpoint = Checkpoint::open(&args.dir).map_err(|e| e.to_string())?;
+    if let Some(dtype) = args.dtype {
+        checkpoint = checkpoint.with_dtype(dtype);
     }
-    let model = load_causal_lm(&args.dir, &device).map_err(|e| e.to_string())?;
+    let chosen = checkpoint
+        .compute_dtype(&device)
+        .map_err(|e| e.to_string())?;
+    if let Some(notice) = &chosen.notice {
+        eprintln!("{notice}");
+    }
+    let dtype = chosen.dtype;
+    let started = std::time::Instant::now();
+    let model = load_checkpoint(&checkpoint, &device).map_err(|e| e.to_string())?;
+    device.sync().map_err(|e| format!("{e:?}"))?;
+    let load = started.elapsed().as_secs_f64();
     // The same prompts on every run: a small linear congruential generator, seed 1.
     let mut state: u64 = 1;
     let mut next = || {
@@ -92,7 +81,7 @@ pub fn main() -> Result<(), String> {
         generated.decode.as_secs_f64(),
     );
     println!(
-        "{{\"side\": \"burn-positional-models ({})\", \"dtype\": \"{:?}\", \"model\": {:?}, \"batch\": {}, \"prompt\": {}, \"new\": {}, \"prefill_s\": {:.4}, \"prefill_tokens_per_s\": {:.1}, \"decode_s\": {:.4}, \"decode_tokens_per_s\": {:.1}, \"peak_rss_mib\": {:.1}}}",
+        "{{\"side\": \"burn-positional-models ({})\", \"dtype\": \"{:?}\", \"model\": {:?}, \"batch\": {}, \"prompt\": {}, \"new\": {}, \"cpu\": {:?}, \"load_s\": {:.3}, \"prefill_s\": {:.4}, \"prefill_tokens_per_s\": {:.1}, \"decode_s\": {:.4}, \"decode_tokens_per_s\": {:.1}, \"peak_rss_mib\": {:.1}}}",
         opened.description,
         dtype,
         args.dir
@@ -102,6 +91,8 @@ pub fn main() -> Result<(), String> {
         args.batch,
         args.prompt,
         args.new,
+        cpu_features(),
+        load,
         prefill,
         (args.batch * args.prompt) as f64 / prefill,
         decode,
@@ -122,4 +113,31 @@ fn peak_rss_mib() -> f64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// The CPU's model and the vector features a CPU backend may use (from /proc/cpuinfo), printed
+/// beside every speed figure: the same code runs at different speeds with and without AVX-512.
+fn cpu_features() -> String {
+    let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+        return "unknown".into();
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let flags = field("flags");
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    let wanted = [
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512_bf16",
+        "amx_bf16",
+        "amx_tile",
+    ];
+    let have: Vec<&str> = wanted.into_iter().filter(|f| flags.contains(f)).collect();
+    format!("{} [{}]", field("model name"), have.join(" "))
 }
