@@ -419,8 +419,9 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<Bert, ModelError
     let head = HeadSource::of(&file_keys(checkpoint)?, config.tie_word_embeddings);
     let mut model = config.init(head, &path, device)?;
     checkpoint.load(&mut model.weights, &remaps(head), device)?;
-    // In the compute dtype first: the layer's loader converts the file's floats to it.
-    model.embedding = checkpoint.cast(model.embedding, device)?;
+    // The layer's loader converts the file's floats to the module's dtype on the host; then
+    // the compute dtype.
     burn_positional::pretrained::bert(&mut model.embedding, &checkpoint.weights_path)?;
+    model.embedding = checkpoint.cast(model.embedding, device)?;
     Ok(model)
 }

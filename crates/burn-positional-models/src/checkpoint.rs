@@ -345,12 +345,18 @@ impl Checkpoint {
     }
 }
 
-/// Casts every float parameter to one dtype (those already in it are kept as they are).
+/// Casts every float parameter to one dtype (those already in it are kept as they are). A
+/// parameter not yet initialized (burn's lazy init: a random weight the load will replace) is
+/// left lazy when the device's default dtype is already the target: casting would draw its
+/// random values, a whole model's worth of sampling and memory for nothing.
 struct CastFloats(FloatDType);
 
 impl ModuleMapper for CastFloats {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let dtype = self.0;
+        if !param.is_initialized() && param.lazy_device().settings().float_dtype == dtype {
+            return param;
+        }
         param.map(|t| {
             if t.dtype() == dtype.into() {
                 t

@@ -389,8 +389,9 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<Gpt2, ModelError
     let path = checkpoint.config_path.display().to_string();
     let mut model = config.init(&path, device)?;
     checkpoint.load(&mut model.body, &REMAPS, device)?;
-    // In the compute dtype first: the layer's loader converts the file's floats to it.
-    model.embedding = checkpoint.cast(model.embedding, device)?;
+    // The layer's loader converts the file's floats to the module's dtype on the host; then
+    // the compute dtype.
     burn_positional::pretrained::gpt2(&mut model.embedding, &checkpoint.weights_path)?;
+    model.embedding = checkpoint.cast(model.embedding, device)?;
     Ok(model)
 }

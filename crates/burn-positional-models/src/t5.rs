@@ -738,9 +738,6 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<T5, ModelError> 
     let tables = Tables::of(&file_keys(checkpoint)?);
     let mut model = config.init(tables, &path, device)?;
     checkpoint.load(&mut model.weights, &remaps(tables), device)?;
-    // In the compute dtype first: the layer's loader converts the file's floats to it.
-    model.encoder_bias = checkpoint.cast(model.encoder_bias, device)?;
-    model.decoder_bias = checkpoint.cast(model.decoder_bias, device)?;
     // A stack without blocks has no table in the file (and never reads one).
     // The file, or a sharded checkpoint's index: the layer reads each table from its shard.
     let file = &checkpoint.weights_path;
@@ -750,5 +747,9 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<T5, ModelError> 
     if !model.weights.decoder.blocks.is_empty() {
         pretrained::t5(&mut model.decoder_bias, T5Stack::Decoder, file)?;
     }
+    // The layer's loader converted the file's floats to the module's dtype; now the compute
+    // dtype.
+    model.encoder_bias = checkpoint.cast(model.encoder_bias, device)?;
+    model.decoder_bias = checkpoint.cast(model.decoder_bias, device)?;
     Ok(model)
 }
