@@ -14,7 +14,7 @@ about 100 M: hidden 768, 12 layers, 12 heads over 4 key/value heads, intermediat
 vocabulary 32000, tied embeddings).
 
 `run` generates, in one process: a batch of `--batch` random prompts of `--prompt` tokens
-(seed 1, ids in 3..1000), `--new` greedy tokens with `model.generate(do_sample=False,
+(ids in 3..1000 from the linear congruential generator, seed 1, that the Rust sides use too), `--new` greedy tokens with `model.generate(do_sample=False,
 eos_token_id=None)` and its default cache, float32, `attn_implementation="eager"`, with
 `torch.set_num_threads(--threads)` (2: this project's machine). A streamer stamps the time of
 each new token: prefill is the time to the first token (the prompt's forward included),
@@ -133,6 +133,19 @@ class Stamps:
         pass
 
 
+def lcg_prompts(batch, prompt):
+    """The prompts every side uses (ours: generation_speed.rs, candle: candle_generation.rs): a
+    linear congruential generator, seed 1, ids in 3..1000."""
+    state, rows = 1, []
+    for _ in range(batch):
+        row = []
+        for _ in range(prompt):
+            state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
+            row.append(3 + (state >> 33) % 997)
+        rows.append(row)
+    return rows
+
+
 def cpu_features():
     """The CPU's model and the vector features PyTorch dispatches on (from /proc/cpuinfo)."""
     try:
@@ -162,8 +175,7 @@ def run(path, batch, prompt, new, threads, device="cpu", dtype=None):
     if device != "cpu":
         torch.cuda.synchronize()
     load = time.perf_counter() - loading
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, 1000, (batch, prompt), generator=g).to(device)
+    ids = torch.tensor(lcg_prompts(batch, prompt)).to(device)
     mask = torch.ones_like(ids)
     stamps = Stamps()
     with torch.no_grad():
