@@ -194,6 +194,8 @@ impl BertConfig {
             None => None,
         };
         let embedding = EmbeddingWithPositionConfig::new(self.vocab_size, d)
+            // Zeros, not a random draw the load replaces (the layer draws its table eagerly).
+            .with_token_initializer(burn::nn::Initializer::Zeros)
             .with_scheme(LearnedConfig::new(self.max_position_embeddings).into())
             .with_padding_idx(padding_idx)
             .try_init(device)?;

@@ -271,6 +271,8 @@ impl Gpt2Config {
             })
             .collect();
         let embedding = EmbeddingWithPositionConfig::new(self.vocab_size, d_model)
+            // Zeros, not a random draw the load replaces (the layer draws its table eagerly).
+            .with_token_initializer(burn::nn::Initializer::Zeros)
             .with_scheme(LearnedConfig::new(self.max_len()).into())
             .try_init(device)?;
         Ok(Gpt2 {
