@@ -195,6 +195,36 @@ mod on_flex {
     );
 }
 
+/// ndarray: in the file's dtype where it computes in it, else f32 with the notice and the typed
+/// error, whichever this build of burn's ndarray backend says (`Device::supports_dtype`).
+mod on_ndarray {
+    use burn::tensor::FloatDType;
+
+    #[test]
+    fn bf16_runs_or_is_refused() {
+        let device = crate::devices::ndarray();
+        if device.supports_dtype(FloatDType::BF16) {
+            super::llama_bf16(&device);
+            super::gpt2_bf16(&device);
+        } else {
+            super::bf16_is_refused_where_it_cannot_run(&device);
+        }
+    }
+
+    #[test]
+    fn f16_runs_or_is_refused() {
+        let device = crate::devices::ndarray();
+        if device.supports_dtype(FloatDType::F16) {
+            super::llama_f16(&device);
+        } else {
+            let fx = super::Fixture::open("llama_f16");
+            let chosen = fx.checkpoint().compute_dtype(&device).unwrap();
+            assert_eq!(chosen.dtype, FloatDType::F32);
+            assert!(chosen.notice.unwrap().contains("float16"));
+        }
+    }
+}
+
 /// wgpu (lavapipe in CI) computes in f16 but not bf16.
 mod on_wgpu {
     macro_rules! tests { ($($name:ident),*) => { $( #[test] fn $name() { super::$name(&crate::devices::wgpu()) } )* }; }
