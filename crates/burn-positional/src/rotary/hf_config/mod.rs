@@ -652,11 +652,19 @@ fn check_ranges(
                 "yarn's attention factor scales cos and sin: a finite number above 0",
                 "leave it out (transformers then derives it from factor)",
             )?;
-            let beta = "yarn's beta_fast and beta_slow are rotation counts, finite and above 0 \
-                        (their logarithm sets the ramp)";
-            let fix = "leave them out for transformers' defaults (32 and 1)";
-            positive("beta_fast", y.beta_fast, beta, fix)?;
-            positive("beta_slow", y.beta_slow, beta, fix)?;
+            // transformers takes a beta of 0 (its logarithm is -inf, the ramp's edge clamps to
+            // 0); a negative one makes `math.floor(nan)` fail there.
+            for (key, value) in [("beta_fast", y.beta_fast), ("beta_slow", y.beta_slow)] {
+                if let Some(v) = value.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+                    return refuse(
+                        rope.name(key),
+                        v,
+                        "yarn's beta_fast and beta_slow are rotation counts, finite and not \
+                         negative (their logarithm sets the ramp)",
+                        "leave them out for transformers' defaults (32 and 1)",
+                    );
+                }
+            }
             for (key, value) in [("mscale", y.mscale), ("mscale_all_dim", y.mscale_all_dim)] {
                 if let Some(v) = value.filter(|v| !v.is_finite()) {
                     return refuse(

@@ -316,10 +316,10 @@ fn numbers_outside_their_range_are_refused_by_field() {
         ),
         (
             format!(
-                r#"{{{HEADS}, "rope_parameters": {{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 0}}}}"#
+                r#"{{{HEADS}, "rope_parameters": {{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": -2}}}}"#
             ),
             "`rope_parameters.beta_fast`",
-            "is 0",
+            "-2",
         ),
         (
             format!(
@@ -356,6 +356,11 @@ fn numbers_outside_their_range_are_refused_by_field() {
         assert!(message.contains(value), "{json}: {message}");
         assert!(message.contains("Fix:"), "{json}: {message}");
     }
-    // A small base is a valid (if unusual) rope: transformers computes with it, and so do we.
+    // Edges transformers computes with stay accepted: a small base, a beta of 0 (the random
+    // configs of `hf_rope_fuzz` hold three, matched against transformers).
     assert!(RopeConfig::from_hf_config(&format!(r#"{{{HEADS}, "rope_theta": 1e-3}}"#)).is_ok());
+    let zero_beta = format!(
+        r#"{{{HEADS}, "rope_parameters": {{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 0}}}}"#
+    );
+    assert!(RopeConfig::from_hf_config(&zero_beta).is_ok());
 }
