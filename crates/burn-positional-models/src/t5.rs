@@ -4,6 +4,10 @@
 //! (the table of block 0, shared by every block of the stack), cross-attention without
 //! positions, and `feed_forward_proj` (`relu`, `gated-gelu`, `gated-silu`, ...) for the MLP.
 //!
+//! One file for one reason to change, transformers' `modeling_t5.py`: the config, both stacks,
+//! the remaps and generation (its own loop: an encoder, cross-attention, a decoder start token)
+//! change together when that file does; hence past 700 lines.
+//!
 //! The layer does everything positional: [`T5Bias`] holds each stack's table and gives it in
 //! compact form ([`T5Bias::by_distance`]), [`attend`] adds it inside the attention, causal and
 //! offset by the cached length in the decoder, and [`KvCache`] keeps the decoder's keys.

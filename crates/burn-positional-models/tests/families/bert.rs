@@ -1,24 +1,12 @@
 //! BERT (`BertForMaskedLM`) against transformers: the masked-LM logits of a right-padded batch
 //! with two token-type segments per row, and each padded row against its tokens alone.
 
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::Device;
 
-use crate::fixture::{Fixture, max_relative_error};
+use crate::fixture::{Fixture, ints, max_relative_error, padding};
 
 /// Relative tolerance against transformers (float32 on both sides).
 const TOLERANCE: f64 = 1e-4;
-
-/// Rows of ids as a `[rows, len]` int tensor.
-fn ints(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
-    let shape = [rows.len(), rows[0].len()];
-    Tensor::from_data(TensorData::new(rows.concat(), shape), device)
-}
-
-/// The attention mask's rows as a `[rows, len]` padding mask, true at padding.
-fn padding(mask: &[Vec<bool>], device: &Device) -> Tensor<2, Bool> {
-    let flat: Vec<bool> = mask.iter().flatten().map(|&m| !m).collect();
-    Tensor::from_data(TensorData::new(flat, [mask.len(), mask[0].len()]), device)
-}
 
 /// Every check of a BERT fixture.
 pub fn bert_matches_transformers(name: &str, device: &Device) {

@@ -9,20 +9,10 @@
 //! typed error at load naming the device, the dtype and the fix, never a panic in a worker
 //! thread at the first matmul (what it was).
 
-use burn::tensor::{Bool, DType, Device, FloatDType, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, FloatDType, Tensor};
 use burn_positional_models::{CausalLm, Checkpoint, ModelError, bert, load_checkpoint, t5};
 
-use crate::fixture::{Fixture, max_relative_error};
-
-fn ints(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
-    let shape = [rows.len(), rows[0].len()];
-    Tensor::from_data(TensorData::new(rows.concat(), shape), device)
-}
-
-fn padding(mask: &[Vec<bool>], device: &Device) -> Tensor<2, Bool> {
-    let flat: Vec<bool> = mask.iter().flatten().map(|&m| !m).collect();
-    Tensor::from_data(TensorData::new(flat, [mask.len(), mask[0].len()]), device)
-}
+use crate::fixture::{Fixture, ints, max_relative_error, padding};
 
 /// The logits of a fixture's forward with the model `checkpoint` loads: decoder-only families
 /// on the left-padded batch at transformers' positions, BERT on its two segments, T5

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use burn_positional_models::{Batch, Checkpoint, Step};
 use safetensors::{Dtype, SafeTensors};
 
@@ -151,4 +151,16 @@ pub fn max_relative_error(ours: Tensor<3>, theirs: Tensor<3>, keep: &[Vec<bool>]
         }
     }
     err / scale.max(f64::MIN_POSITIVE)
+}
+
+/// Rows of ids as a `[rows, len]` int tensor.
+pub fn ints(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
+    let shape = [rows.len(), rows[0].len()];
+    Tensor::from_data(TensorData::new(rows.concat(), shape), device)
+}
+
+/// The attention mask's rows as a `[rows, len]` padding mask, true at padding.
+pub fn padding(mask: &[Vec<bool>], device: &Device) -> Tensor<2, Bool> {
+    let flat: Vec<bool> = mask.iter().flatten().map(|&m| !m).collect();
+    Tensor::from_data(TensorData::new(flat, [mask.len(), mask[0].len()]), device)
 }

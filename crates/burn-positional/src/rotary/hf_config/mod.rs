@@ -1,6 +1,10 @@
 //! Reading a Hugging Face `config.json` into a [`RopeConfig`], as transformers reads it
 //! (`RotaryEmbeddingConfigMixin` and `modeling_rope_utils.py`, v5).
 //!
+//! Past 700 lines for one reason to change: the order in which transformers resolves each field
+//! (nested, top level, class default) and the ranges it needs are one sequence, read top to
+//! bottom here; the per-family tables live in `families.rs`, `defaults.rs` and `sizes.rs`.
+//!
 //! What is read:
 //!
 //! | key | where | used for |
