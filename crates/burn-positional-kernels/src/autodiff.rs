@@ -26,7 +26,7 @@ use burn::backend::{
 use burn::tensor::{FloatDType, Shape};
 
 use crate::PositionalKernels;
-use crate::attention::{self, Extras, Saved, TileArgs, Wanted};
+use crate::attention::{BackwardArgs, Extras, Saved, TileArgs, Wanted};
 use crate::options::{Combine, FusedEmbeddingOptions, KernelArgs};
 use crate::reference::{bool_dtype, id_ok, position_ok, positions_of, token_keep};
 use crate::rope::RopeArgs;
@@ -216,6 +216,42 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
         }
     }
 
+    fn flash_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        padding: BoolTensor<Self>,
+        positions: IntTensor<Self>,
+        segments: IntTensor<Self>,
+        output: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        args: BackwardArgs,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
+        // Not differentiated again: the inner backend's kernel on the values, as constants.
+        let (dq, dk, dv, dbias) = B::flash_attention_backward(
+            q.into_primitive(),
+            k.into_primitive(),
+            v.into_primitive(),
+            bias.into_primitive(),
+            padding,
+            positions,
+            segments,
+            output.into_primitive(),
+            lse.into_primitive(),
+            grad.into_primitive(),
+            args,
+        );
+        let wrap = <Self as AutodiffBackend>::from_inner;
+        (wrap(dq), wrap(dk), wrap(dv), wrap(dbias))
+    }
+
     fn flash_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -303,7 +339,7 @@ impl<B: Backend + PositionalKernels> Backward<B, 1> for RopeBackward {
 #[derive(Debug)]
 struct AttentionBackward;
 
-impl<B: Backend> Backward<B, 4> for AttentionBackward {
+impl<B: Backend + PositionalKernels> Backward<B, 4> for AttentionBackward {
     type State = Saved<B>;
 
     fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -315,14 +351,44 @@ impl<B: Backend> Backward<B, 4> for AttentionBackward {
             v: node_v.is_some(),
             bias: node_bias.is_some(),
         };
-        let g = attention::backward::<B>(ops.state, grad, wanted);
-        for (node, grad) in [
-            (node_q, g.q),
-            (node_k, g.k),
-            (node_v, g.v),
-            (node_bias, g.bias),
-        ] {
-            if let (Some(node), Some(grad)) = (node, grad) {
+        let Saved {
+            q,
+            k,
+            v,
+            bias,
+            extras,
+            output,
+            lse,
+            args,
+        } = ops.state;
+        let device = q.device();
+        let placeholder_int = || {
+            let int = burn::backend::get_or_init_device_settings::<B>(&device).int_dtype;
+            B::int_zeros(Shape::new([1, 1]), &device, int)
+        };
+        let padding = extras.padding.unwrap_or_else(|| {
+            let bd = burn::backend::get_or_init_device_settings::<B>(&device).bool_dtype;
+            B::bool_zeros(Shape::new([1, 1]), &device, bd)
+        });
+        let positions = extras.positions.unwrap_or_else(placeholder_int);
+        let segments = extras.segments.unwrap_or_else(placeholder_int);
+        // One kernel call for every gradient (the tensor-op tiles where no kernel covers B).
+        crate::attention::count_backward_call();
+        let (dq, dk, dv, dbias) = B::flash_attention_backward(
+            q,
+            k,
+            v,
+            bias,
+            padding,
+            positions,
+            segments,
+            output,
+            lse,
+            grad,
+            BackwardArgs { tile: args, wanted },
+        );
+        for (node, grad) in [(node_q, dq), (node_k, dk), (node_v, dv), (node_bias, dbias)] {
+            if let Some(node) = node {
                 grads.register::<B>(node.id, grad);
             }
         }

@@ -16,7 +16,7 @@
     allow(unused_variables)
 )]
 
-use crate::attention::{self, TileArgs};
+use crate::attention::{self, BackwardArgs, TileArgs};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use crate::options;
 use crate::options::KernelArgs;
@@ -92,6 +92,35 @@ pub(crate) trait PositionalKernels: Backend {
         attention::default_body::<Self>(q, k, v, bias, padding, positions, segments, args)
     }
 
+    /// The gradients of [`flash_attention`](Self::flash_attention)'s output from its
+    /// gradient `grad` (`[batch, n_heads, seq_q, d_v]`), recomputing the probabilities from the
+    /// saved `lse`: `(dq, dk, dv, dbias)` in the shapes and dtype of `q`, `k`, `v` and `bias`;
+    /// a gradient `args.wanted` does not ask for is unspecified (zeros from the host and the
+    /// default body).
+    #[fusion(meta = attention::backward_meta)]
+    fn flash_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        padding: BoolTensor<Self>,
+        positions: IntTensor<Self>,
+        segments: IntTensor<Self>,
+        output: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        args: BackwardArgs,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
+        attention::backward_body::<Self>(
+            q, k, v, bias, padding, positions, segments, output, lse, grad, args,
+        )
+    }
+
     /// `x` `[batch, heads, seq, d_head]` rotated by `cos` and `sin` `[1 or batch, seq, pairs]`
     /// (the dtype of `x`); see [`crate::fused_rope`]. Output contiguous, the shape of `x`.
     #[fusion(meta = |x, _cos, _sin, _args| x.clone())]
@@ -133,6 +162,30 @@ pub(crate) trait PositionalKernels: Backend {
         args: TileArgs,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         attention::default_body::<Self>(q, k, v, bias, padding, positions, segments, args)
+    }
+
+    /// See the Cube-enabled twin above.
+    fn flash_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        padding: BoolTensor<Self>,
+        positions: IntTensor<Self>,
+        segments: IntTensor<Self>,
+        output: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        args: BackwardArgs,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
+        attention::backward_body::<Self>(
+            q, k, v, bias, padding, positions, segments, output, lse, grad, args,
+        )
     }
 
     /// See the Cube-enabled twin above.

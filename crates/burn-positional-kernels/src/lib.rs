@@ -65,7 +65,10 @@ pub use attention::{
 };
 #[cfg(feature = "testing")]
 #[doc(hidden)]
-pub use attention::{flash_attention_calls, flash_variant_launches, set_thread_flash_variant};
+pub use attention::{
+    flash_attention_backward_calls, flash_attention_calls, flash_variant_launches,
+    set_thread_flash_variant,
+};
 pub(crate) use extension::PositionalKernels;
 pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};
 #[cfg(feature = "testing")]

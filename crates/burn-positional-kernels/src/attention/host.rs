@@ -30,7 +30,7 @@ use crate::host::{HostTensors, Ints, assume_init, in_dtype, output_buffer};
 
 /// Keys per block: a block's scores (`group x rows x 64` floats) and its `64 x d_v` values stay
 /// in L1/L2 (flex's own flash kernel uses the same block).
-const KEY_BLOCK: usize = 64;
+pub(super) const KEY_BLOCK: usize = 64;
 
 /// Query rows a task stacks across the heads of its group: `group x rows` near this.
 const TASK_ROWS: usize = 64;
@@ -52,7 +52,7 @@ pub(crate) struct Inputs<'a> {
 
 /// A raw pointer the tasks write disjoint rows through.
 #[derive(Clone, Copy)]
-struct Out(*mut MaybeUninit<f32>);
+pub(super) struct Out(pub(super) *mut MaybeUninit<f32>);
 // SAFETY: every task writes only the rows of its own (sequence, head group, query tile), which
 // no other task writes; the buffers outlive the parallel loop.
 unsafe impl Send for Out {}
@@ -195,10 +195,80 @@ struct Task {
 
 /// What a score row needs: its head, its query's position and segment.
 #[derive(Clone, Copy)]
-struct Row {
-    head: usize,
-    position: i64,
-    segment: i64,
+pub(super) struct Row {
+    pub head: usize,
+    pub position: i64,
+    pub segment: i64,
+}
+
+impl Row {
+    /// Query row `i` of head `head` of sequence `b`.
+    pub(super) fn at(
+        inputs: &Inputs<'_>,
+        sizes: Sizes,
+        args: &TileArgs,
+        b: usize,
+        head: usize,
+        i: usize,
+    ) -> Self {
+        let width = sizes.seq_q + sizes.seq_k;
+        Self {
+            head,
+            position: match inputs.positions {
+                // Explicit positions are [1 or batch, seq_q + seq_k].
+                Some(p) => {
+                    let shared = p.len() == width;
+                    p.at((if shared { 0 } else { b }) * width + i)
+                }
+                None => (args.query_offset + i) as i64,
+            },
+            segment: inputs.segments.map_or(0, |s| s.at(b * width + i)),
+        }
+    }
+}
+
+/// `key position - query position` for the keys of a block from key `j0`, seen from one row.
+pub(super) struct Relative<'a> {
+    /// Sequential positions: the block's first key's.
+    pub rel0: i64,
+    /// Explicit positions: the keys' row of the positions tensor, from key `j0`, and the row's.
+    explicit: Option<(&'a Ints<'a>, usize, i64)>,
+}
+
+impl<'a> Relative<'a> {
+    pub(super) fn new(
+        inputs: &Inputs<'a>,
+        sizes: Sizes,
+        args: &TileArgs,
+        b: usize,
+        j0: usize,
+        row: Row,
+    ) -> Self {
+        let Sizes { seq_q, seq_k, .. } = sizes;
+        let explicit = inputs.positions.filter(|_| args.explicit).map(|p| {
+            let n = p.len() / (seq_q + seq_k);
+            let base = (if n == 1 { 0 } else { b }) * (seq_q + seq_k) + seq_q + j0;
+            (p, base, row.position)
+        });
+        Self {
+            rel0: (args.key_offset + j0) as i64 - row.position,
+            explicit,
+        }
+    }
+
+    /// Whether positions are explicit (else key `jj` is at `rel0 + jj`).
+    pub(super) fn is_explicit(&self) -> bool {
+        self.explicit.is_some()
+    }
+
+    /// Key `jj` of the block.
+    #[inline]
+    pub(super) fn at(&self, jj: usize) -> i64 {
+        match self.explicit {
+            Some((p, base, position)) => p.at(base + jj) - position,
+            None => self.rel0 + jj as i64,
+        }
+    }
 }
 
 impl Task {
@@ -238,21 +308,15 @@ impl Task {
             let dst = &mut scratch.q[g * rows * d_head..(g + 1) * rows * d_head];
             scaled_copy(dst, &inputs.q[from..from + rows * d_head], scale);
         }
-        // Explicit positions are [1 or batch, seq_q + seq_k].
-        let pos_base = inputs.positions.map_or(0, |p| {
-            let shared = p.len() == seq_q + seq_k;
-            (if shared { 0 } else { b }) * (seq_q + seq_k)
-        });
         let row_of = |rr: usize| {
-            let (g, i) = (rr / rows, r0 + rr % rows);
-            Row {
-                head: kv_head * group + g,
-                position: match inputs.positions {
-                    Some(p) => p.at(pos_base + i),
-                    None => (args.query_offset + i) as i64,
-                },
-                segment: inputs.segments.map_or(0, |s| s.at(b * (seq_q + seq_k) + i)),
-            }
+            Row::at(
+                inputs,
+                sizes,
+                args,
+                b,
+                kv_head * group + rr / rows,
+                r0 + rr % rows,
+            )
         };
         scratch.o[..m_rows * d_v].fill(0.0);
         scratch.m[..m_rows].fill(f32::NEG_INFINITY);
@@ -361,7 +425,7 @@ impl Task {
 
 /// The keys rows `r0..r0 + rows` can see, from their sequential positions (causal: none after
 /// the last query; a window: none outside it). All keys with explicit positions.
-fn key_range(args: &TileArgs, r0: usize, rows: usize, seq_k: usize) -> (usize, usize) {
+pub(super) fn key_range(args: &TileArgs, r0: usize, rows: usize, seq_k: usize) -> (usize, usize) {
     if args.explicit {
         return (0, seq_k);
     }
@@ -395,13 +459,38 @@ fn score_row(
     sizes: Sizes,
     args: &TileArgs,
 ) -> f32 {
-    let Sizes { seq_q, seq_k, .. } = sizes;
-    let kb = s.len();
     if let Some(c) = args.softcap {
         softcap(s, c as f32);
     }
-    // key position - query position of the block's first key (sequential positions).
-    let rel0 = (args.key_offset + j0) as i64 - row.position;
+    mask_and_bias(
+        s,
+        &Relative::new(inputs, sizes, args, b, j0, row),
+        row,
+        b,
+        j0,
+        inputs,
+        sizes,
+        args,
+    );
+    max_of(s)
+}
+
+/// Bias and masks for one row of a key block starting at key `j0` (`rel`: its keys' relative
+/// positions), in place: hidden scores become -inf.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn mask_and_bias(
+    s: &mut [f32],
+    rel: &Relative<'_>,
+    row: Row,
+    b: usize,
+    j0: usize,
+    inputs: &Inputs<'_>,
+    sizes: Sizes,
+    args: &TileArgs,
+) {
+    let Sizes { seq_q, seq_k, .. } = sizes;
+    let kb = s.len();
+    let rel0 = rel.rel0;
     // Masks from sequential positions are a range of the block.
     let (mut lo, mut hi) = (0i64, kb as i64);
     if !args.explicit {
@@ -423,18 +512,10 @@ fn score_row(
     let hi = hi.max(lo);
     s[..lo].fill(f32::NEG_INFINITY);
     s[hi..].fill(f32::NEG_INFINITY);
-    let explicit = inputs.positions.filter(|_| args.explicit);
-    let pos_base = explicit.map_or(0, |p| {
-        let n = p.len() / (seq_q + seq_k);
-        (if n == 1 { 0 } else { b }) * (seq_q + seq_k) + seq_q
-    });
-    let rel = |jj: usize| match explicit {
-        Some(p) => p.at(pos_base + j0 + jj) - row.position,
-        None => rel0 + jj as i64,
-    };
-    if explicit.is_some() {
+    let explicit = rel.is_explicit();
+    if explicit {
         for (jj, x) in s.iter_mut().enumerate() {
-            let r = rel(jj);
+            let r = rel.at(jj);
             let hidden = (args.causal && r > 0)
                 || args.window.is_some_and(|w| {
                     r < -(w.before.min(i64::MAX as usize) as i64)
@@ -465,30 +546,27 @@ fn score_row(
         BiasKind::None => {}
         BiasKind::Alibi => {
             let slope = inputs.bias[row.head];
-            match explicit {
-                None => alibi_sequential(s, slope, rel0 as f32),
-                Some(_) => {
-                    for (jj, x) in s.iter_mut().enumerate() {
-                        *x -= slope * rel(jj).unsigned_abs() as f32;
-                    }
+            if explicit {
+                for (jj, x) in s.iter_mut().enumerate() {
+                    *x -= slope * rel.at(jj).unsigned_abs() as f32;
                 }
+            } else {
+                alibi_sequential(s, slope, rel0 as f32);
             }
         }
         BiasKind::ByDistance { reach } => {
             let width = 2 * reach + 1;
             let table = &inputs.bias[row.head * width..(row.head + 1) * width];
             let r = reach as i64;
-            match explicit {
-                None => by_distance_sequential(s, table, rel0, r),
-                Some(_) => {
-                    for (jj, x) in s.iter_mut().enumerate() {
-                        *x += table[(rel(jj).clamp(-r, r) + r) as usize];
-                    }
+            if explicit {
+                for (jj, x) in s.iter_mut().enumerate() {
+                    *x += table[(rel.at(jj).clamp(-r, r) + r) as usize];
                 }
+            } else {
+                by_distance_sequential(s, table, rel0, r);
             }
         }
     }
-    max_of(s)
 }
 
 /// `x <- c tanh(x / c)`.
@@ -509,7 +587,7 @@ fn alibi_sequential(s: &mut [f32], slope: f32, rel0: f32) {
 /// A bias by clamped distance with sequential positions: key `j` of the block is at distance
 /// `rel0 + j`, so the block reads the table's first entry, then a contiguous run of it, then its
 /// last entry (an add of slices in the middle, not a gather).
-fn by_distance_sequential(s: &mut [f32], table: &[f32], rel0: i64, reach: i64) {
+pub(super) fn by_distance_sequential(s: &mut [f32], table: &[f32], rel0: i64, reach: i64) {
     let n = s.len() as i64;
     // Keys before the run (rel < -reach) and the first key past it (rel > reach).
     let start = (-reach - rel0).clamp(0, n) as usize;
@@ -545,7 +623,7 @@ fn max_of(s: &[f32]) -> f32 {
 }
 
 /// `x <- exp(x - m)`, returning the sum.
-fn exp_row(s: &mut [f32], m: f32) -> f32 {
+pub(super) fn exp_row(s: &mut [f32], m: f32) -> f32 {
     let mut sum = 0.0;
     for x in s {
         let e = (*x - m).exp();

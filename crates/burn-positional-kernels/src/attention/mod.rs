@@ -31,13 +31,14 @@
 pub(crate) mod cube;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 pub(crate) mod host;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+pub(crate) mod host_backward;
 mod pass;
 mod tile;
 mod variant;
 
 pub(crate) use pass::forward;
-#[cfg(feature = "autodiff")]
-pub(crate) use pass::{Saved, Wanted, backward};
+pub(crate) use pass::{Saved, backward};
 pub(crate) use tile::{BiasKind, Extras, TileArgs};
 pub use variant::{FLASH_VARIANT_ENV, FlashVariant, flash_variant, set_flash_variant};
 #[cfg(feature = "testing")]
@@ -386,6 +387,37 @@ pub(crate) struct Sizes {
 
 thread_local! {
     static ATTENTION_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static BACKWARD_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times the calling thread has called the attention's backward kernel (one per
+/// backward of a [`tiled_attention`] node, however many tiles). Only with the `testing` feature.
+#[cfg(feature = "testing")]
+pub fn flash_attention_backward_calls() -> u64 {
+    BACKWARD_CALLS.with(std::cell::Cell::get)
+}
+
+/// Counts one call of the backward kernel on the calling thread.
+#[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
+pub(crate) fn count_backward_call() {
+    BACKWARD_CALLS.with(|calls| calls.set(calls.get() + 1));
+}
+
+/// Which gradients the backward computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Wanted {
+    pub q: bool,
+    pub k: bool,
+    pub v: bool,
+    pub bias: bool,
+}
+
+/// The backward's arguments: the forward's, and which gradients are wanted. `Clone + Send +
+/// Sync + 'static` for the `Fusion` wrapper.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct BackwardArgs {
+    pub tile: TileArgs,
+    pub wanted: Wanted,
 }
 
 /// How many times the calling thread has called the attention kernel through
@@ -454,6 +486,83 @@ pub(crate) fn meta(
     (
         TensorSpec::new(Shape::new([s.batch, s.n_heads, s.seq_q, s.d_v]), q.dtype),
         TensorSpec::new(Shape::new([s.batch, s.n_heads, s.seq_q, 1]), q.dtype),
+    )
+}
+
+/// Output metadata of the backward for the `Fusion` wrapper: `dq`, `dk`, `dv` and the bias's
+/// gradient, each the shape and dtype of its input.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backward_meta(
+    q: &burn::backend::fusion::custom::TensorSpec,
+    k: &burn::backend::fusion::custom::TensorSpec,
+    v: &burn::backend::fusion::custom::TensorSpec,
+    bias: &burn::backend::fusion::custom::TensorSpec,
+    _padding: &burn::backend::fusion::custom::TensorSpec,
+    _positions: &burn::backend::fusion::custom::TensorSpec,
+    _segments: &burn::backend::fusion::custom::TensorSpec,
+    _output: &burn::backend::fusion::custom::TensorSpec,
+    _lse: &burn::backend::fusion::custom::TensorSpec,
+    _grad: &burn::backend::fusion::custom::TensorSpec,
+    _args: &BackwardArgs,
+) -> (
+    burn::backend::fusion::custom::TensorSpec,
+    burn::backend::fusion::custom::TensorSpec,
+    burn::backend::fusion::custom::TensorSpec,
+    burn::backend::fusion::custom::TensorSpec,
+) {
+    check_sizes(
+        &q.shape.dims::<4>(),
+        &k.shape.dims::<4>(),
+        &v.shape.dims::<4>(),
+    );
+    (q.clone(), k.clone(), v.clone(), bias.clone())
+}
+
+/// The backward's default body: the tensor-op tiles of [`backward`] (zeros for a gradient not
+/// wanted).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backward_body<B: burn::backend::Backend>(
+    q: burn::backend::tensor::FloatTensor<B>,
+    k: burn::backend::tensor::FloatTensor<B>,
+    v: burn::backend::tensor::FloatTensor<B>,
+    bias: burn::backend::tensor::FloatTensor<B>,
+    padding: burn::backend::tensor::BoolTensor<B>,
+    positions: burn::backend::tensor::IntTensor<B>,
+    segments: burn::backend::tensor::IntTensor<B>,
+    output: burn::backend::tensor::FloatTensor<B>,
+    lse: burn::backend::tensor::FloatTensor<B>,
+    grad: burn::backend::tensor::FloatTensor<B>,
+    args: BackwardArgs,
+) -> (
+    burn::backend::tensor::FloatTensor<B>,
+    burn::backend::tensor::FloatTensor<B>,
+    burn::backend::tensor::FloatTensor<B>,
+    burn::backend::tensor::FloatTensor<B>,
+) {
+    use burn::backend::TensorMetadata;
+    use burn::tensor::FloatDType;
+    let (device, dtype) = (q.device(), FloatDType::from(q.dtype()));
+    let shapes = (q.shape(), k.shape(), v.shape(), bias.shape());
+    let saved = Saved {
+        q,
+        k,
+        v,
+        bias,
+        extras: Extras::new(padding, positions, segments, &args.tile),
+        output,
+        lse,
+        args: args.tile,
+    };
+    let g = backward::<B>(saved, grad, args.wanted);
+    let or_zeros = |t: Option<burn::backend::tensor::FloatTensor<B>>, shape| {
+        t.unwrap_or_else(|| B::float_zeros(shape, &device, dtype))
+    };
+    (
+        or_zeros(g.q, shapes.0),
+        or_zeros(g.k, shapes.1),
+        or_zeros(g.v, shapes.2),
+        or_zeros(g.bias, shapes.3),
     )
 }
 

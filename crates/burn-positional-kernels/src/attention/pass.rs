@@ -8,7 +8,7 @@ use burn::backend::{
 };
 use burn::tensor::{FloatDType, Shape, ops::AttentionModuleOptions};
 
-#[cfg(feature = "autodiff")]
+use super::Wanted;
 use super::tile::{BiasKind, distance_index, grouped_transpose_matmul, neg_distance};
 use super::tile::{Extras, TileArgs, geometry, grouped_matmul, rows_of, scores, tiles, to_groups};
 
@@ -92,7 +92,6 @@ pub(crate) fn forward<B: Backend>(
     (B::float_cat(outputs, 2), lse)
 }
 
-#[cfg(feature = "autodiff")]
 /// The gradients the backward computes; `None` where the caller did not ask.
 pub(crate) struct Grads<B: Backend> {
     pub q: Option<FloatTensor<B>>,
@@ -101,17 +100,6 @@ pub(crate) struct Grads<B: Backend> {
     pub bias: Option<FloatTensor<B>>,
 }
 
-#[cfg(feature = "autodiff")]
-/// Which gradients to compute.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Wanted {
-    pub q: bool,
-    pub k: bool,
-    pub v: bool,
-    pub bias: bool,
-}
-
-#[cfg(feature = "autodiff")]
 /// What the backward reads besides the output gradient: the inputs, the output and one
 /// log-sum-exp per query row; no `seq_q x seq_k` tensor.
 #[derive(Clone, Debug)]
@@ -126,7 +114,6 @@ pub(crate) struct Saved<B: Backend> {
     pub args: TileArgs,
 }
 
-#[cfg(feature = "autodiff")]
 /// Gradients of [`forward`]'s output from `grad` (`[batch, n_heads, seq_q, d_v]`), recomputing
 /// each tile's probabilities from the saved log-sum-exp:
 ///
