@@ -288,4 +288,27 @@ impl PositionalKernels for CubeBackend {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         crate::attention::cube::launch(q, k, v, bias, padding, positions, segments, &args)
     }
+
+    fn flash_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        padding: BoolTensor<Self>,
+        positions: IntTensor<Self>,
+        segments: IntTensor<Self>,
+        output: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        args: crate::attention::BackwardArgs,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
+        crate::attention::cube::launch_backward(
+            q, k, v, bias, padding, positions, segments, output, lse, grad, &args,
+        )
+    }
 }

@@ -10,9 +10,9 @@
 
 use burn::tensor::{Bool, DType, Device, Distribution, Int, Tensor, TensorData, Tolerance};
 use burn_positional_kernels::{
-    AttendOptions, AttentionBias, FLASH_VARIANT_ENV, FlashVariant, Window, flash_attention_calls,
-    flash_variant, flash_variant_launches, reference_attention, set_thread_flash_variant,
-    tiled_attention,
+    AttendOptions, AttentionBias, FLASH_VARIANT_ENV, FlashVariant, Window,
+    flash_attention_backward_calls, flash_attention_calls, flash_variant, flash_variant_launches,
+    reference_attention, set_thread_flash_variant, tiled_attention,
 };
 
 mod common;
@@ -150,7 +150,8 @@ fn packed(len: usize, batch: usize) -> Vec<Vec<i64>> {
         .collect()
 }
 
-/// The case's options and the bias tensor a gradient can be asked of.
+/// The case's options, the table by distance (tracked on an autodiff device) and ALiBi's
+/// slopes (tracked too).
 fn options(case: &Case, device: &Device) -> (AttendOptions, Option<Tensor<2>>, Tensor<1>) {
     let (seq_q, seq_k) = (case.seq_q, case.seq_k);
     let mut options = AttendOptions::new().causal(case.causal);
@@ -196,7 +197,8 @@ fn options(case: &Case, device: &Device) -> (AttendOptions, Option<Tensor<2>>, T
     if let Some(c) = case.softcap {
         options = options.softcap(c);
     }
-    let slopes = Tensor::<1>::from_floats([0.5, 0.25, 0.125, 0.0625], device);
+    let slopes =
+        Tensor::<1>::from_floats([0.5, 0.25, 0.125, 0.0625], device).require_grad_if(device);
     let reach = 6;
     let table = Tensor::<2>::random(
         [HEADS, 2 * reach + 1],
@@ -270,7 +272,7 @@ fn check_case(device: &Device, case: &Case) {
     let q = random([BATCH, HEADS, case.seq_q, case.d_head], device);
     let k = random([BATCH, case.kv_heads, case.seq_k, case.d_head], device);
     let v = random([BATCH, case.kv_heads, case.seq_k, case.d_v], device);
-    let (options, table, _) = options(case, device);
+    let (options, table, slopes) = options(case, device);
     let before = flash_attention_calls();
     let fast = tiled_attention(q.clone(), k.clone(), v.clone(), &options);
     assert_eq!(
@@ -278,7 +280,16 @@ fn check_case(device: &Device, case: &Case) {
         before + 1,
         "{what}: one kernel call per op"
     );
-    let slow = reference_attention(q.clone(), k.clone(), v.clone(), &options);
+    // The slow twin in tiles of at most 16 query rows: its table gradient goes through burn's
+    // `select_assign`, which on wgpu (burn 0.22.1) adds at most 65535 index entries per call
+    // and drops the rest (measured: 10^6 ones into one entry give 65535); a tile's index holds
+    // batch x rows x keys entries (3 x 16 x 1000 here). The kernels do not tile by rows.
+    let slow = reference_attention(
+        q.clone(),
+        k.clone(),
+        v.clone(),
+        &options.clone().tile_rows(16),
+    );
     assert_eq!(fast.dims(), [BATCH, HEADS, case.seq_q, case.d_v], "{what}");
     if case.padded {
         // Sequence 2 sees no key: zeros.
@@ -296,8 +307,19 @@ fn check_case(device: &Device, case: &Case) {
     }
     // Gradients of <out, w> for a random w: every input, through both paths.
     let w = Tensor::<4>::random(fast.dims(), Distribution::Normal(0.0, 1.0), device);
+    let before = flash_attention_backward_calls();
     let g_fast = (fast * w.clone()).sum().backward();
+    assert_eq!(
+        flash_attention_backward_calls(),
+        before + 1,
+        "{what}: one backward kernel call per op"
+    );
     let g_slow = (slow * w).sum().backward();
+    assert_eq!(
+        flash_attention_backward_calls(),
+        before + 1,
+        "{what}: the slow twin calls no kernel"
+    );
     for (name, t) in [("q", &q), ("k", &k), ("v", &v)] {
         close(
             t.grad(&g_fast).unwrap(),
@@ -313,6 +335,13 @@ fn check_case(device: &Device, case: &Case) {
             5e-4,
             &format!("{what}: dbias"),
         );
+    }
+    if let Bias::Alibi = case.bias {
+        // Slopes' gradients sum |rel|-weighted score gradients over every score: up to
+        // thousands of terms of size ~|rel| at 1000 tokens; relative to their size.
+        let (got, want) = (slopes.grad(&g_fast).unwrap(), slopes.grad(&g_slow).unwrap());
+        let size = want.clone().abs().max().into_scalar::<f32>().max(1.0);
+        close(got, want, 2e-4 * size, &format!("{what}: dslopes"));
     }
 }
 
@@ -351,6 +380,11 @@ fn check_half(devices: &[Device]) -> u64 {
         let (options, _, _) = options(&case, device);
         let exact = tiled_attention(q.clone(), k.clone(), v.clone(), &options);
         calls += 1;
+        let w = Tensor::<4>::random(exact.dims(), Distribution::Normal(0.0, 1.0), device);
+        let exact_grads = device.is_autodiff().then(|| {
+            let g = (exact.clone() * w.clone()).sum().backward();
+            [&q, &k, &v].map(|t| t.grad(&g).unwrap())
+        });
         for (dtype, tolerance) in [(DType::F16, 1e-2), (DType::BF16, 6e-2)] {
             if !device.supports_dtype(dtype) {
                 continue;
@@ -363,12 +397,27 @@ fn check_half(devices: &[Device]) -> u64 {
             );
             calls += 1;
             assert_eq!(half.dtype(), dtype, "{device:?}");
+            let half = half.cast(DType::F32);
             close(
-                half.cast(DType::F32),
+                half.clone(),
                 exact.clone(),
                 tolerance,
                 &format!("{device:?} {dtype:?}"),
             );
+            // Gradients through the half-precision op (the backward kernel in that dtype),
+            // within the dtype's precision of the f32 ones, relative to their size.
+            if let Some(exact_grads) = &exact_grads {
+                let g = (half * w.clone()).sum().backward();
+                for (name, t, want) in [("q", &q, &exact_grads[0]), ("k", &k, &exact_grads[1]), ("v", &v, &exact_grads[2])] {
+                    let size = want.clone().abs().max().into_scalar::<f32>().max(1.0);
+                    close(
+                        t.grad(&g).unwrap(),
+                        want.clone(),
+                        tolerance * size,
+                        &format!("{device:?} {dtype:?} d{name}"),
+                    );
+                }
+            }
         }
     }
     calls

@@ -19,6 +19,7 @@
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]
 
+mod backward;
 mod registers;
 mod shared;
 
@@ -72,6 +73,9 @@ struct Scalars {
     /// The storage dtype's lowest finite value: the log-sum-exp of a row that sees nothing.
     lowest: f32,
     flags: u32,
+    /// The backward: how many cubes (per kv head and sequence) hold keys; the rest hold query
+    /// tiles. 0 in the forward.
+    key_tiles: u32,
 }
 
 /// A cube's geometry, chosen by its variant.
@@ -468,15 +472,6 @@ pub(crate) fn launch(
         sizes.seq_k > 0,
         "tiled_attention: the kernel needs at least one key (the entry point returns zeros)"
     );
-    let limit = |v: usize, what: &str| {
-        assert!(
-            v < POSITION_LIMIT,
-            "tiled_attention: {what} = {v} reaches the kernel's position limit {POSITION_LIMIT}"
-        );
-        v as i32
-    };
-    limit(args.query_offset + sizes.seq_q, "the last query position");
-    limit(args.key_offset + sizes.seq_k, "the last key position");
     let group = sizes.n_heads / sizes.n_kv_heads;
     let properties = client.properties();
     let plan = match resolve(args.variant, &properties.identity) {
@@ -485,54 +480,12 @@ pub(crate) fn launch(
     }
     .unwrap_or_else(|| registers::plan(&sizes, group));
     count_launch(plan.stage.is_some());
-    let window = args.window;
-    let clamp = |w: usize| w.min(POSITION_LIMIT) as i32;
-    let (alibi, by_distance, reach) = match args.kind {
-        BiasKind::None => (false, false, 0),
-        BiasKind::Alibi => (true, false, 0),
-        BiasKind::ByDistance { reach } => (false, true, limit(reach, "the bias's reach")),
-    };
-    let positions_shared = u32::from(args.explicit && positions.shape().dims::<2>()[0] == 1);
-    let int_type = |t: &CubeTensor| dtype_to_storage_type(t.dtype);
-    let dtypes = [
-        dtype_to_storage_type(dtype),
-        dtype_to_storage_type(DType::F32),
-        int_type(&positions),
-        int_type(&segments),
-        int_type(&padding),
-    ];
+    let values = ScalarValues::new(&sizes, args, plan.rows, &positions, dtype, 0);
+    let dtypes = storage_types(dtype, &positions, &segments, &padding);
     let u32_of = |v: usize, what: &str| {
         u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
     };
-    let flags = [
-        (alibi, ALIBI),
-        (by_distance, BY_DISTANCE),
-        (args.causal, CAUSAL),
-        (window.is_some(), WINDOW),
-        (args.explicit, EXPLICIT),
-        (args.segments, SEGMENTED),
-        (args.padded, PADDED),
-        (args.softcap.is_some(), CAPPED),
-    ]
-    .into_iter()
-    .filter(|(on, _)| *on)
-    .fold(0, |flags, (_, bit)| flags | bit);
-    let scalars = ScalarsLaunch::new(
-        u32_of(sizes.n_heads, "n_heads"),
-        u32_of(sizes.seq_q, "seq_q"),
-        u32_of(sizes.seq_k, "seq_k"),
-        u32_of(plan.rows, "rows"),
-        limit(args.query_offset, "the first query position"),
-        limit(args.key_offset, "the first key position"),
-        window.map_or(0, |w| clamp(w.before)),
-        window.map_or(0, |w| clamp(w.after)),
-        reach,
-        positions_shared,
-        args.scale as f32,
-        args.softcap.unwrap_or(1.0) as f32,
-        dtype.finfo().map_or(f32::MIN, |f| f.min as f32),
-        flags,
-    );
+    let scalars = values.launch();
     let count = CubeCount::Static(
         u32_of(sizes.seq_q.div_ceil(plan.rows), "the query tiles"),
         u32_of(sizes.n_kv_heads, "n_kv_heads"),
@@ -594,4 +547,246 @@ pub(crate) fn launch(
         ),
     }
     (output, lse)
+}
+
+/// The backward's host side: checks, contiguous inputs, the four outputs, one launch of
+/// [`backward::flash_backward_kernel`], and the bias's per-unit gradients summed into its shape.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_backward(
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    bias: CubeTensor,
+    padding: CubeTensor,
+    positions: CubeTensor,
+    segments: CubeTensor,
+    output: CubeTensor,
+    lse: CubeTensor,
+    grad: CubeTensor,
+    args: &super::BackwardArgs,
+) -> (CubeTensor, CubeTensor, CubeTensor, CubeTensor) {
+    use burn::backend::ops::FloatTensorOps;
+    use burn::tensor::FloatDType;
+    use burn_cubecl::CubeBackend;
+
+    let tile = &args.tile;
+    let sizes = check_sizes(
+        &q.shape().dims::<4>(),
+        &k.shape().dims::<4>(),
+        &v.shape().dims::<4>(),
+    );
+    let client = q.client.clone();
+    let dtype = q.dtype;
+    let empty = |shape: Shape, dtype: DType| {
+        empty_device_dtype(client.clone(), q.device.clone(), shape, dtype)
+    };
+    let (dq, dk, dv) = (empty(q.shape(), dtype), empty(k.shape(), dtype), empty(v.shape(), dtype));
+    let bias_shape = bias.shape();
+    let device = q.device.clone();
+    let zeros_bias =
+        || CubeBackend::float_zeros(bias_shape.clone(), &device, FloatDType::from(dtype));
+    if sizes.batch * sizes.n_heads * sizes.seq_q * sizes.seq_k == 0 {
+        return (dq, dk, dv, zeros_bias());
+    }
+    let group = sizes.n_heads / sizes.n_kv_heads;
+    let per_unit = backward::per_unit(&sizes);
+    let units_per_head = (32 / group).max(1).min(sizes.seq_q.div_ceil(per_unit));
+    let units = group * units_per_head;
+    let rows = units_per_head * per_unit;
+    let key_tiles = sizes.seq_k.div_ceil(units * per_unit);
+    let query_tiles = sizes.seq_q.div_ceil(rows);
+    let bias_width = match tile.kind {
+        _ if !args.wanted.bias => 0,
+        BiasKind::None => 0,
+        BiasKind::Alibi => 1,
+        BiasKind::ByDistance { reach } => 2 * reach + 1,
+    };
+    // The units' bias gradients, f32: [batch, n_heads, query_tiles x units_per_head, width].
+    let slots = query_tiles * units_per_head;
+    let partial = empty(
+        Shape::new([sizes.batch, sizes.n_heads, slots, bias_width.max(1)]),
+        DType::F32,
+    );
+    let values = ScalarValues::new(&sizes, tile, rows, &positions, dtype, key_tiles);
+    let dtypes = storage_types(dtype, &positions, &segments, &padding);
+    let u32_of = |v: usize, what: &str| {
+        u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
+    };
+    let count = CubeCount::Static(
+        u32_of(key_tiles + query_tiles, "the backward's tiles"),
+        u32_of(sizes.n_kv_heads, "n_kv_heads"),
+        u32_of(sizes.batch, "batch"),
+    );
+    let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
+    // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted (output and
+    // grad `[batch, n_heads, seq_q, d_v]`, lse `[batch, n_heads, seq_q, 1]`, as the forward
+    // wrote them); key cubes read and write k, v, dk, dv at keys `j < seq_k` of their
+    // (sequence, kv head) and q, output, grad, lse at rows `i < seq_q`; query cubes read and
+    // write q, dq, output, grad, lse at rows `i < seq_q` and k, v at keys `j < k_hi <= seq_k`;
+    // the bias, positions, segments and padding as the forward reads them; each unit of a query
+    // cube writes its own `bias_width` slot of `partial`, whose shape counts every unit.
+    unsafe {
+        backward::flash_backward_kernel::launch_unchecked(
+            &client,
+            count,
+            CubeDim::new_1d(u32_of(units, "the cube's units")),
+            contiguous(q),
+            contiguous(k),
+            contiguous(v),
+            contiguous(bias),
+            contiguous(padding),
+            contiguous(positions),
+            contiguous(segments),
+            contiguous(output),
+            contiguous(lse),
+            contiguous(grad),
+            dq.clone().into_tensor_arg(),
+            dk.clone().into_tensor_arg(),
+            dv.clone().into_tensor_arg(),
+            partial.clone().into_tensor_arg(),
+            values.launch(),
+            sizes.d_head,
+            sizes.d_v,
+            per_unit,
+            group,
+            bias_width,
+            dtypes,
+        )
+    }
+    let dbias = if bias_width == 0 {
+        zeros_bias()
+    } else {
+        // Sum over the batch and the units: [n_heads, width], then the bias's shape and dtype.
+        let by_head = CubeBackend::float_sum_dim(CubeBackend::float_sum_dim(partial, 2), 0);
+        let summed = CubeBackend::float_reshape(by_head, bias_shape);
+        if dtype == DType::F32 {
+            summed
+        } else {
+            CubeBackend::float_cast(summed, FloatDType::from(dtype))
+        }
+    };
+    (dq, dk, dv, dbias)
+}
+
+/// The launch's run-time values ([`Scalars`]) for `sizes` and `args`, checked against the
+/// kernels' limits.
+struct ScalarValues {
+    n_heads: u32,
+    seq_q: u32,
+    seq_k: u32,
+    rows: u32,
+    query_offset: i32,
+    key_offset: i32,
+    before: i32,
+    after: i32,
+    reach: i32,
+    positions_shared: u32,
+    scale: f32,
+    softcap: f32,
+    lowest: f32,
+    flags: u32,
+    key_tiles: u32,
+}
+
+impl ScalarValues {
+    /// # Panics
+    ///
+    /// Where a size exceeds u32 or a position reaches [`POSITION_LIMIT`].
+    fn new(
+        sizes: &super::Sizes,
+        args: &TileArgs,
+        rows: usize,
+        positions: &CubeTensor,
+        dtype: DType,
+        key_tiles: usize,
+    ) -> Self {
+        let limit = |v: usize, what: &str| {
+            assert!(
+                v < POSITION_LIMIT,
+                "tiled_attention: {what} = {v} reaches the kernel's position limit {POSITION_LIMIT}"
+            );
+            v as i32
+        };
+        let u32_of = |v: usize, what: &str| {
+            u32::try_from(v)
+                .unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
+        };
+        limit(args.query_offset + sizes.seq_q, "the last query position");
+        limit(args.key_offset + sizes.seq_k, "the last key position");
+        let window = args.window;
+        let clamp = |w: usize| w.min(POSITION_LIMIT) as i32;
+        let (alibi, by_distance, reach) = match args.kind {
+            BiasKind::None => (false, false, 0),
+            BiasKind::Alibi => (true, false, 0),
+            BiasKind::ByDistance { reach } => (false, true, limit(reach, "the bias's reach")),
+        };
+        let flags = [
+            (alibi, ALIBI),
+            (by_distance, BY_DISTANCE),
+            (args.causal, CAUSAL),
+            (window.is_some(), WINDOW),
+            (args.explicit, EXPLICIT),
+            (args.segments, SEGMENTED),
+            (args.padded, PADDED),
+            (args.softcap.is_some(), CAPPED),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |flags, (_, bit)| flags | bit);
+        Self {
+            n_heads: u32_of(sizes.n_heads, "n_heads"),
+            seq_q: u32_of(sizes.seq_q, "seq_q"),
+            seq_k: u32_of(sizes.seq_k, "seq_k"),
+            rows: u32_of(rows, "rows"),
+            query_offset: limit(args.query_offset, "the first query position"),
+            key_offset: limit(args.key_offset, "the first key position"),
+            before: window.map_or(0, |w| clamp(w.before)),
+            after: window.map_or(0, |w| clamp(w.after)),
+            reach,
+            positions_shared: u32::from(args.explicit && positions.shape().dims::<2>()[0] == 1),
+            scale: args.scale as f32,
+            softcap: args.softcap.unwrap_or(1.0) as f32,
+            lowest: dtype.finfo().map_or(f32::MIN, |f| f.min as f32),
+            flags,
+            key_tiles: u32_of(key_tiles, "the key tiles"),
+        }
+    }
+
+    fn launch(&self) -> ScalarsLaunch {
+        ScalarsLaunch::new(
+            self.n_heads,
+            self.seq_q,
+            self.seq_k,
+            self.rows,
+            self.query_offset,
+            self.key_offset,
+            self.before,
+            self.after,
+            self.reach,
+            self.positions_shared,
+            self.scale,
+            self.softcap,
+            self.lowest,
+            self.flags,
+            self.key_tiles,
+        )
+    }
+}
+
+/// The kernels' `[F, C, I, J, P]`: the storage float, f32 to compute in, the positions',
+/// segments' and padding's element types.
+fn storage_types(
+    dtype: DType,
+    positions: &CubeTensor,
+    segments: &CubeTensor,
+    padding: &CubeTensor,
+) -> [cubecl::ir::ElemType; 5] {
+    let int_type = |t: &CubeTensor| dtype_to_storage_type(t.dtype);
+    [
+        dtype_to_storage_type(dtype),
+        dtype_to_storage_type(DType::F32),
+        int_type(positions),
+        int_type(segments),
+        int_type(padding),
+    ]
 }

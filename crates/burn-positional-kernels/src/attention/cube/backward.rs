@@ -1,0 +1,452 @@
+//! The attention's backward as one CubeCL kernel (wgpu, CUDA): FlashAttention-2's backward with
+//! the bias and the masks computed per score, as the forward computes them ([`final_score`]).
+//!
+//! One launch, two kinds of cube, told apart by `CUBE_POS_X` (no atomics, no second launch):
+//!
+//! - the first `key_tiles` cubes of each (key/value head, sequence) hold keys: each unit keeps
+//!   `per_unit` consecutive keys and values in registers with their gradients, and walks every
+//!   query row (of each head of the group) that can see them, recomputing `p = exp(s - lse)`
+//!   per score: `dV += p dO`, `dS = p (dO . v - D)`, `dK += scale dS q`. A group's heads sum into
+//!   their key/value head in the unit's registers: nothing is repeated;
+//! - the others hold query rows, laid out as the forward's tiles (`per_unit` rows of one head
+//!   per unit): they walk the keys their rows can see: `dQ += scale dS k`, and reduce the bias's
+//!   gradient of their rows per head and distance in registers (ALiBi's `-sum dS |rel|`, a
+//!   table's entry per clamped distance), written once per unit.
+//!
+//! `D = rowsum(dO * O)` is computed where it is needed, from the saved output. The bias's
+//! per-unit gradients (`[batch, n_heads, units, width]`, a few per query tile) are summed over
+//! the batch and the units after the launch, by one reduction: no scatter per tile.
+//!
+//! Both kinds compute in f32 whatever the storage dtype, as the forward. No shared memory: the
+//! same kernel serves lavapipe (where shared memory measured slower in the forward) and GPUs.
+
+// Kernel code is CubeCL's Rust subset: one argument per launch value.
+#![allow(clippy::too_many_arguments)]
+
+use cubecl::prelude::*;
+
+use super::{
+    CAPPED, CAUSAL, EXPLICIT, Scalars, UNSEEN, WINDOW, final_score, head_bias, key_place,
+    key_range, query_place,
+};
+use crate::attention::Sizes;
+
+/// One launch over `(key_tiles + query tiles, n_kv_heads, batch)` cubes of `CUBE_DIM_X` units;
+/// see the module. `C` is the compute type (f32); `dbias` holds the units' bias gradients
+/// `[batch, n_heads, units per head x query tiles, bias_width]` (in `C`; a placeholder when
+/// `bias_width` is 0). Inputs are contiguous.
+#[cube(launch_unchecked)]
+pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    bias: &Tensor<F>,
+    padding: &Tensor<P>,
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    output: &Tensor<F>,
+    lse: &Tensor<F>,
+    grad: &Tensor<F>,
+    dq: &mut Tensor<F>,
+    dk: &mut Tensor<F>,
+    dv: &mut Tensor<F>,
+    dbias: &mut Tensor<C>,
+    p: Scalars,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] per_unit: usize,
+    #[comptime] group: usize,
+    #[comptime] bias_width: usize,
+    #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
+) {
+    if CUBE_POS_X < p.key_tiles {
+        key_cube::<F, C, I, J, P>(
+            q, k, v, bias, padding, positions, segments, output, lse, grad, dk, dv, &p, d_head,
+            d_v, per_unit, group,
+        );
+    } else {
+        query_cube::<F, C, I, J, P>(
+            q, k, v, bias, padding, positions, segments, output, lse, grad, dq, dbias, &p, d_head,
+            d_v, per_unit, group, bias_width,
+        );
+    }
+}
+
+/// `D = dO . O` of query row `row` (`[.., d_v]` rows of the output and its gradient).
+#[cube]
+fn delta_of<F: Float, C: Float>(
+    output: &Tensor<F>,
+    grad: &Tensor<F>,
+    row: usize,
+    #[comptime] d_v: usize,
+) -> C {
+    let mut sum = C::new(0.0);
+    #[unroll]
+    for d in 0..d_v {
+        sum += C::cast_from(grad[row * d_v + d]) * C::cast_from(output[row * d_v + d]);
+    }
+    sum
+}
+
+/// `p = exp(x - lse)` of a final score `x`, 0 where it is hidden.
+#[cube]
+fn probability<C: Float>(x: C, lse: C) -> C {
+    let mut w = C::new(0.0);
+    if x > C::new(UNSEEN) {
+        w = C::exp(x - lse);
+    }
+    w
+}
+
+/// `1 - tanh(raw / c)^2` under a softcap, else 1: the slope of `c tanh(x / c)` at `raw`.
+#[cube]
+fn cap_slope<C: Float>(raw: C, p: &Scalars) -> C {
+    let mut slope = C::new(1.0);
+    if (p.flags & CAPPED) != 0 {
+        let t = C::tanh(raw / C::cast_from(p.softcap));
+        slope = C::new(1.0) - t * t;
+    }
+    slope
+}
+
+/// The query rows that can see some key of `j0..j1` (sequential positions: the causal mask and
+/// the window prune them; explicit ones: all).
+#[cube]
+fn query_range(p: &Scalars, j0: usize, j1: usize) -> (usize, usize) {
+    let mut lo = 0i32;
+    let mut hi = p.seq_q as i32;
+    if (p.flags & EXPLICIT) == 0 {
+        let first = p.key_offset + j0 as i32 - p.query_offset;
+        let last = p.key_offset + j1 as i32 - 1 - p.query_offset;
+        let causal = (p.flags & CAUSAL) != 0;
+        if causal {
+            lo = max(lo, first);
+        }
+        if (p.flags & WINDOW) != 0 {
+            hi = min(hi, last + p.before + 1);
+            if !causal {
+                lo = max(lo, first - p.after);
+            }
+        }
+    }
+    let lo = max(lo, 0);
+    (lo as usize, max(hi, lo) as usize)
+}
+
+/// A cube of keys: unit `u` holds keys `j0 = (CUBE_POS_X * CUBE_DIM_X + u) * per_unit ..` of
+/// key/value head `CUBE_POS_Y` of sequence `CUBE_POS_Z`, and writes their dK and dV rows.
+#[cube]
+fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    bias: &Tensor<F>,
+    padding: &Tensor<P>,
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    output: &Tensor<F>,
+    lse: &Tensor<F>,
+    grad: &Tensor<F>,
+    dk: &mut Tensor<F>,
+    dv: &mut Tensor<F>,
+    p: &Scalars,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] per_unit: usize,
+    #[comptime] group: usize,
+) {
+    let seq_q = p.seq_q as usize;
+    let seq_k = p.seq_k as usize;
+    let kv_head = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let j0 = (CUBE_POS_X as usize * CUBE_DIM_X as usize + UNIT_POS_X as usize) * per_unit;
+    let kv_base = (b * CUBE_COUNT_Y as usize + kv_head) * seq_k;
+
+    let mut keys = Array::<C>::new(comptime!(per_unit * d_head));
+    let mut values = Array::<C>::new(comptime!(per_unit * d_v));
+    let mut dks = Array::<C>::new(comptime!(per_unit * d_head));
+    let mut dvs = Array::<C>::new(comptime!(per_unit * d_v));
+    let mut key_pos = Array::<i32>::new(per_unit);
+    let mut key_seen = Array::<u32>::new(per_unit);
+    let mut key_seg = Array::<i32>::new(per_unit);
+    #[unroll]
+    for t in 0..per_unit {
+        let j = j0 + t;
+        let in_range = j < seq_k;
+        #[unroll]
+        for d in 0..d_head {
+            let mut x = C::new(0.0);
+            if in_range {
+                x = C::cast_from(k[(kv_base + j) * d_head + d]);
+            }
+            keys[t * d_head + d] = x;
+            dks[t * d_head + d] = C::new(0.0);
+        }
+        #[unroll]
+        for d in 0..d_v {
+            let mut x = C::new(0.0);
+            if in_range {
+                x = C::cast_from(v[(kv_base + j) * d_v + d]);
+            }
+            values[t * d_v + d] = x;
+            dvs[t * d_v + d] = C::new(0.0);
+        }
+        let (position, seen, segment) =
+            key_place(positions, segments, padding, p, b, j, in_range);
+        key_pos[t] = position;
+        key_seen[t] = u32::cast_from(seen);
+        key_seg[t] = segment;
+    }
+
+    let mut qs = Array::<C>::new(d_head);
+    let mut gs = Array::<C>::new(d_v);
+    if j0 < seq_k {
+        let (i_lo, i_hi) = query_range(p, j0, min(j0 + per_unit, seq_k));
+        for g in 0..group {
+            let head = kv_head * group + g;
+            let (slope, table_base) = head_bias::<F, C>(bias, p, head);
+            for i in i_lo..i_hi {
+                let row = (b * p.n_heads as usize + head) * seq_q + i;
+                #[unroll]
+                for d in 0..d_head {
+                    qs[d] = C::cast_from(q[row * d_head + d]) * C::cast_from(p.scale);
+                }
+                #[unroll]
+                for d in 0..d_v {
+                    gs[d] = C::cast_from(grad[row * d_v + d]);
+                }
+                let delta = delta_of::<F, C>(output, grad, row, d_v);
+                let row_lse = C::cast_from(lse[row]);
+                let (position, segment) = query_place(positions, segments, p, b, i);
+                #[unroll]
+                for t in 0..per_unit {
+                    let mut raw = C::new(0.0);
+                    #[unroll]
+                    for d in 0..d_head {
+                        raw += qs[d] * keys[t * d_head + d];
+                    }
+                    let x = final_score::<F, C>(
+                        raw,
+                        key_pos[t] - position,
+                        key_seen[t] == 1,
+                        segment,
+                        key_seg[t],
+                        bias,
+                        slope,
+                        table_base,
+                        p,
+                    );
+                    let w = probability::<C>(x, row_lse);
+                    if w != C::new(0.0) {
+                        let mut dp = C::new(0.0);
+                        #[unroll]
+                        for d in 0..d_v {
+                            dp += gs[d] * values[t * d_v + d];
+                            dvs[t * d_v + d] += w * gs[d];
+                        }
+                        let ds = w * (dp - delta) * cap_slope::<C>(raw, p);
+                        #[unroll]
+                        for d in 0..d_head {
+                            dks[t * d_head + d] += ds * qs[d];
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[unroll]
+    for t in 0..per_unit {
+        let j = j0 + t;
+        if j < seq_k {
+            #[unroll]
+            for d in 0..d_head {
+                dk[(kv_base + j) * d_head + d] = F::cast_from(dks[t * d_head + d]);
+            }
+            #[unroll]
+            for d in 0..d_v {
+                dv[(kv_base + j) * d_v + d] = F::cast_from(dvs[t * d_v + d]);
+            }
+        }
+    }
+}
+
+/// A cube of query rows, laid out as the forward's tile `CUBE_POS_X - key_tiles`: unit `u`
+/// holds `per_unit` rows of one head, writes their dQ rows and its share of the bias's
+/// gradient.
+#[cube]
+fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    bias: &Tensor<F>,
+    padding: &Tensor<P>,
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    output: &Tensor<F>,
+    lse: &Tensor<F>,
+    grad: &Tensor<F>,
+    dq: &mut Tensor<F>,
+    dbias: &mut Tensor<C>,
+    p: &Scalars,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] per_unit: usize,
+    #[comptime] group: usize,
+    #[comptime] bias_width: usize,
+) {
+    let seq_q = p.seq_q as usize;
+    let seq_k = p.seq_k as usize;
+    let rows = p.rows as usize;
+    let kv_head = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let unit = UNIT_POS_X as usize;
+    let units_per_head = rows / per_unit;
+    let tile = (CUBE_POS_X - p.key_tiles) as usize;
+    let r0 = tile * rows;
+    let head = kv_head * group + unit / units_per_head;
+    let slot = tile * units_per_head + unit % units_per_head;
+    let i0 = r0 + (unit % units_per_head) * per_unit;
+    let kv_base = (b * CUBE_COUNT_Y as usize + kv_head) * seq_k;
+
+    let mut qs = Array::<C>::new(comptime!(per_unit * d_head));
+    let mut gs = Array::<C>::new(comptime!(per_unit * d_v));
+    let mut dqs = Array::<C>::new(comptime!(per_unit * d_head));
+    let mut deltas = Array::<C>::new(per_unit);
+    let mut lses = Array::<C>::new(per_unit);
+    let mut row_pos = Array::<i32>::new(per_unit);
+    let mut row_seg = Array::<i32>::new(per_unit);
+    #[unroll]
+    for t in 0..per_unit {
+        let i = i0 + t;
+        let in_range = i < seq_q;
+        let row = (b * p.n_heads as usize + head) * seq_q + i;
+        #[unroll]
+        for d in 0..d_head {
+            let mut x = C::new(0.0);
+            if in_range {
+                x = C::cast_from(q[row * d_head + d]) * C::cast_from(p.scale);
+            }
+            qs[t * d_head + d] = x;
+            dqs[t * d_head + d] = C::new(0.0);
+        }
+        #[unroll]
+        for d in 0..d_v {
+            let mut x = C::new(0.0);
+            if in_range {
+                x = C::cast_from(grad[row * d_v + d]);
+            }
+            gs[t * d_v + d] = x;
+        }
+        let mut delta = C::new(0.0);
+        let mut row_lse = C::new(0.0);
+        if in_range {
+            delta = delta_of::<F, C>(output, grad, row, d_v);
+            row_lse = C::cast_from(lse[row]);
+        }
+        deltas[t] = delta;
+        lses[t] = row_lse;
+        let (position, segment) = query_place(positions, segments, p, b, i);
+        row_pos[t] = position;
+        row_seg[t] = segment;
+    }
+    let (slope, table_base) = head_bias::<F, C>(bias, p, head);
+    // The unit's bias gradient: one slope (ALiBi) or one entry per clamped distance.
+    let mut dbs = Array::<C>::new(comptime!(if bias_width > 0 { bias_width } else { 1 }));
+    for e in 0..comptime!(if bias_width > 0 { bias_width } else { 1 }) {
+        dbs[e] = C::new(0.0);
+    }
+
+    let mut ks = Array::<C>::new(d_head);
+    let mut vs = Array::<C>::new(d_v);
+    if i0 < seq_q {
+        let (k_lo, k_hi) = key_range(p, r0);
+        for j in k_lo..k_hi {
+            #[unroll]
+            for d in 0..d_head {
+                ks[d] = C::cast_from(k[(kv_base + j) * d_head + d]);
+            }
+            #[unroll]
+            for d in 0..d_v {
+                vs[d] = C::cast_from(v[(kv_base + j) * d_v + d]);
+            }
+            let (key_position, seen, key_segment) =
+                key_place(positions, segments, padding, p, b, j, true);
+            #[unroll]
+            for t in 0..per_unit {
+                let mut raw = C::new(0.0);
+                #[unroll]
+                for d in 0..d_head {
+                    raw += qs[t * d_head + d] * ks[d];
+                }
+                let rel = key_position - row_pos[t];
+                let x = final_score::<F, C>(
+                    raw,
+                    rel,
+                    seen && i0 + t < seq_q,
+                    row_seg[t],
+                    key_segment,
+                    bias,
+                    slope,
+                    table_base,
+                    p,
+                );
+                let w = probability::<C>(x, lses[t]);
+                if w != C::new(0.0) {
+                    let mut dp = C::new(0.0);
+                    #[unroll]
+                    for d in 0..d_v {
+                        dp += gs[t * d_v + d] * vs[d];
+                    }
+                    let ds = w * (dp - deltas[t]);
+                    if comptime!(bias_width == 1) {
+                        let mut distance = rel;
+                        if rel < 0 {
+                            distance = -rel;
+                        }
+                        dbs[0] -= ds * C::cast_from(distance);
+                    }
+                    if comptime!(bias_width > 1) {
+                        let at = min(max(rel, -p.reach), p.reach) + p.reach;
+                        dbs[at as usize] += ds;
+                    }
+                    let ds = ds * cap_slope::<C>(raw, p);
+                    #[unroll]
+                    for d in 0..d_head {
+                        dqs[t * d_head + d] += ds * ks[d];
+                    }
+                }
+            }
+        }
+    }
+
+    #[unroll]
+    for t in 0..per_unit {
+        let i = i0 + t;
+        if i < seq_q {
+            let row = (b * p.n_heads as usize + head) * seq_q + i;
+            #[unroll]
+            for d in 0..d_head {
+                dq[row * d_head + d] = F::cast_from(dqs[t * d_head + d] * C::cast_from(p.scale));
+            }
+        }
+    }
+    if comptime!(bias_width > 0) {
+        let slots = CUBE_COUNT_X as usize - p.key_tiles as usize;
+        let base = ((b * p.n_heads as usize + head) * slots * units_per_head + slot) * bias_width;
+        for e in 0..bias_width {
+            dbias[base + e] = dbs[e];
+        }
+    }
+}
+
+/// Rows (or keys) per unit for the backward: fewer than the forward's, as a unit keeps its rows'
+/// gradients too. A power of two no larger than either sequence.
+pub(super) fn per_unit(sizes: &Sizes) -> usize {
+    let per_unit: usize = match sizes.d_head + sizes.d_v {
+        0..=96 => 4,
+        97..=192 => 2,
+        _ => 1,
+    };
+    per_unit.min(1 << sizes.seq_q.min(sizes.seq_k).max(1).ilog2())
+}
