@@ -341,11 +341,18 @@ impl DecoderAttention {
             (Some(cache), None) => cache.append(k, v),
             (None, _) => (k, v),
         };
-        let (key_positions, key_padding) = step.last_keys(k.dims()[2]);
-        let mut options = AttendOptions::new()
-            .causal(true)
-            .positions(step.positions.clone(), key_positions)
-            .key_padding(key_padding);
+        let keys = k.dims()[2];
+        let seq = step.ids.dims()[1];
+        let mut options = AttendOptions::new().causal(true);
+        if step.sequential && keys == step.past + seq {
+            // Positions 0, 1, .. and no padding: the queries sit after the cached keys.
+            options = options.offset(step.past);
+        } else {
+            let (key_positions, key_padding) = step.last_keys(keys);
+            options = options
+                .positions(step.positions.clone(), key_positions)
+                .key_padding(key_padding);
+        }
         if let Some(w) = self.window {
             options = options.window(Window::hf(w));
         }

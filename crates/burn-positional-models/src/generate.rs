@@ -95,6 +95,10 @@ pub struct Step {
     /// `max(positions) + 1` over the batch: the length transformers' rotary modules pick a
     /// length-dependent frequency set from.
     pub len: usize,
+    /// Whether every row's positions are `0, 1, ..` and no key is padding (known on the host
+    /// when the step is built): the attention may then take sequential positions, whose causal
+    /// tiles walk only the keys they can see, instead of explicit ones (every key, masked).
+    pub sequential: bool,
 }
 
 impl Step {
@@ -125,7 +129,12 @@ impl Step {
             .max()
             .unwrap_or(0)
             + 1;
+        let sequential = mask.iter().all(|r| r.iter().all(|&m| m))
+            && positions
+                .iter()
+                .all(|r| r.iter().enumerate().all(|(i, &p)| p == i as i64));
         Self {
+            sequential,
             ids: tensor(ids, past),
             positions: tensor(positions, past),
             key_positions: tensor(positions, 0),

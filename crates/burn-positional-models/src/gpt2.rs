@@ -308,12 +308,17 @@ impl Gpt2Attention {
             Some(cache) => cache.append(k, v),
             None => (k, v),
         };
-        let (key_positions, key_padding) = step.last_keys(k.dims()[2]);
-        let options = AttendOptions::new()
-            .causal(true)
-            .positions(step.positions.clone(), key_positions)
-            .key_padding(key_padding)
-            .scale(self.scale);
+        let keys = k.dims()[2];
+        let options = AttendOptions::new().causal(true).scale(self.scale);
+        let options = if step.sequential && keys == step.past + seq {
+            // Positions 0, 1, .. and no padding: the queries sit after the cached keys.
+            options.offset(step.past)
+        } else {
+            let (key_positions, key_padding) = step.last_keys(keys);
+            options
+                .positions(step.positions.clone(), key_positions)
+                .key_padding(key_padding)
+        };
         let out = attend(q, k, v, &options); // [batch, h, seq, d]
         self.c_proj
             .forward(out.swap_dims(1, 2).reshape([batch, seq, d_model]))

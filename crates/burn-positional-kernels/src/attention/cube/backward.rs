@@ -13,8 +13,9 @@
 //!   gradient of their rows per head and distance in registers (ALiBi's `-sum dS |rel|`, a
 //!   table's entry per clamped distance), written once per unit.
 //!
-//! `D = rowsum(dO * O)` is computed where it is needed, from the saved output. The bias's
-//! per-unit gradients (`[batch, n_heads, units, width]`, a few per query tile) are summed over
+//! `D = rowsum(dO * O)` comes computed (in f32, before the launch: FlashAttention-2's
+//! preprocessing step, two element-wise ops), so a key cube does not read a query's output
+//! row for every query it meets. The bias's per-unit gradients (`[batch, n_heads, units, width]`, a few per query tile) are summed over
 //! the batch and the units after the launch, by one reduction: no scatter per tile.
 //!
 //! Both kinds compute in f32 whatever the storage dtype, as the forward. No shared memory: the
@@ -34,7 +35,8 @@ use crate::attention::Sizes;
 /// One launch over `(key_tiles + query tiles, n_kv_heads, batch)` cubes of `CUBE_DIM_X` units;
 /// see the module. `C` is the compute type (f32); `dbias` holds the units' bias gradients
 /// `[batch, n_heads, units per head x query tiles, bias_width]` (in `C`; a placeholder when
-/// `bias_width` is 0). Inputs are contiguous.
+/// `bias_width` is 0); `delta` is `rowsum(dO * O)`, `[batch, n_heads, seq_q]` in `C`. Inputs are
+/// contiguous.
 #[cube(launch_unchecked)]
 pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
@@ -44,7 +46,7 @@ pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numer
     padding: &Tensor<P>,
     positions: &Tensor<I>,
     segments: &Tensor<J>,
-    output: &Tensor<F>,
+    delta: &Tensor<C>,
     lse: &Tensor<F>,
     grad: &Tensor<F>,
     dq: &mut Tensor<F>,
@@ -61,31 +63,15 @@ pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numer
 ) {
     if CUBE_POS_X < p.key_tiles {
         key_cube::<F, C, I, J, P>(
-            q, k, v, bias, padding, positions, segments, output, lse, grad, dk, dv, &p, d_head,
-            d_v, per_unit, group,
+            q, k, v, bias, padding, positions, segments, delta, lse, grad, dk, dv, &p, d_head, d_v,
+            per_unit, group,
         );
     } else {
         query_cube::<F, C, I, J, P>(
-            q, k, v, bias, padding, positions, segments, output, lse, grad, dq, dbias, &p, d_head,
+            q, k, v, bias, padding, positions, segments, delta, lse, grad, dq, dbias, &p, d_head,
             d_v, per_unit, group, bias_width,
         );
     }
-}
-
-/// `D = dO . O` of query row `row` (`[.., d_v]` rows of the output and its gradient).
-#[cube]
-fn delta_of<F: Float, C: Float>(
-    output: &Tensor<F>,
-    grad: &Tensor<F>,
-    row: usize,
-    #[comptime] d_v: usize,
-) -> C {
-    let mut sum = C::new(0.0);
-    #[unroll]
-    for d in 0..d_v {
-        sum += C::cast_from(grad[row * d_v + d]) * C::cast_from(output[row * d_v + d]);
-    }
-    sum
 }
 
 /// `p = exp(x - lse)` of a final score `x`, 0 where it is hidden.
@@ -144,7 +130,7 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     padding: &Tensor<P>,
     positions: &Tensor<I>,
     segments: &Tensor<J>,
-    output: &Tensor<F>,
+    delta: &Tensor<C>,
     lse: &Tensor<F>,
     grad: &Tensor<F>,
     dk: &mut Tensor<F>,
@@ -191,8 +177,7 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             values[t * d_v + d] = x;
             dvs[t * d_v + d] = C::new(0.0);
         }
-        let (position, seen, segment) =
-            key_place(positions, segments, padding, p, b, j, in_range);
+        let (position, seen, segment) = key_place(positions, segments, padding, p, b, j, in_range);
         key_pos[t] = position;
         key_seen[t] = u32::cast_from(seen);
         key_seg[t] = segment;
@@ -215,7 +200,7 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                 for d in 0..d_v {
                     gs[d] = C::cast_from(grad[row * d_v + d]);
                 }
-                let delta = delta_of::<F, C>(output, grad, row, d_v);
+                let row_delta = delta[row];
                 let row_lse = C::cast_from(lse[row]);
                 let (position, segment) = query_place(positions, segments, p, b, i);
                 #[unroll]
@@ -244,7 +229,7 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                             dp += gs[d] * values[t * d_v + d];
                             dvs[t * d_v + d] += w * gs[d];
                         }
-                        let ds = w * (dp - delta) * cap_slope::<C>(raw, p);
+                        let ds = w * (dp - row_delta) * cap_slope::<C>(raw, p);
                         #[unroll]
                         for d in 0..d_head {
                             dks[t * d_head + d] += ds * qs[d];
@@ -283,7 +268,7 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     padding: &Tensor<P>,
     positions: &Tensor<I>,
     segments: &Tensor<J>,
-    output: &Tensor<F>,
+    delta: &Tensor<C>,
     lse: &Tensor<F>,
     grad: &Tensor<F>,
     dq: &mut Tensor<F>,
@@ -338,13 +323,13 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             }
             gs[t * d_v + d] = x;
         }
-        let mut delta = C::new(0.0);
+        let mut row_delta = C::new(0.0);
         let mut row_lse = C::new(0.0);
         if in_range {
-            delta = delta_of::<F, C>(output, grad, row, d_v);
+            row_delta = delta[row];
             row_lse = C::cast_from(lse[row]);
         }
-        deltas[t] = delta;
+        deltas[t] = row_delta;
         lses[t] = row_lse;
         let (position, segment) = query_place(positions, segments, p, b, i);
         row_pos[t] = position;
@@ -441,7 +426,8 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
 }
 
 /// Rows (or keys) per unit for the backward: fewer than the forward's, as a unit keeps its rows'
-/// gradients too. A power of two no larger than either sequence.
+/// gradients too. A power of two no larger than either sequence. On lavapipe, causal, 8 heads of
+/// 32, 2048 tokens, forward plus backward: 1435 ms with 4, 1445 with 8, 1893 with 2.
 pub(super) fn per_unit(sizes: &Sizes) -> usize {
     let per_unit: usize = match sizes.d_head + sizes.d_v {
         0..=96 => 4,

@@ -580,7 +580,11 @@ pub(crate) fn launch_backward(
     let empty = |shape: Shape, dtype: DType| {
         empty_device_dtype(client.clone(), q.device.clone(), shape, dtype)
     };
-    let (dq, dk, dv) = (empty(q.shape(), dtype), empty(k.shape(), dtype), empty(v.shape(), dtype));
+    let (dq, dk, dv) = (
+        empty(q.shape(), dtype),
+        empty(k.shape(), dtype),
+        empty(v.shape(), dtype),
+    );
     let bias_shape = bias.shape();
     let device = q.device.clone();
     let zeros_bias =
@@ -607,6 +611,18 @@ pub(crate) fn launch_backward(
         Shape::new([sizes.batch, sizes.n_heads, slots, bias_width.max(1)]),
         DType::F32,
     );
+    // D = rowsum(dO * O) in f32, [batch, n_heads, seq_q, 1].
+    let f32_of = |t: CubeTensor| {
+        if dtype == DType::F32 {
+            t
+        } else {
+            CubeBackend::float_cast(t, FloatDType::F32)
+        }
+    };
+    let delta = CubeBackend::float_sum_dim(
+        CubeBackend::float_mul(f32_of(grad.clone()), f32_of(output)),
+        3,
+    );
     let values = ScalarValues::new(&sizes, tile, rows, &positions, dtype, key_tiles);
     let dtypes = storage_types(dtype, &positions, &segments, &padding);
     let u32_of = |v: usize, what: &str| {
@@ -619,10 +635,10 @@ pub(crate) fn launch_backward(
     );
     let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
     // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted (output and
-    // grad `[batch, n_heads, seq_q, d_v]`, lse `[batch, n_heads, seq_q, 1]`, as the forward
+    // grad `[batch, n_heads, seq_q, d_v]`, lse and delta `[batch, n_heads, seq_q, 1]`, as the forward
     // wrote them); key cubes read and write k, v, dk, dv at keys `j < seq_k` of their
-    // (sequence, kv head) and q, output, grad, lse at rows `i < seq_q`; query cubes read and
-    // write q, dq, output, grad, lse at rows `i < seq_q` and k, v at keys `j < k_hi <= seq_k`;
+    // (sequence, kv head) and q, delta, grad, lse at rows `i < seq_q`; query cubes read and
+    // write q, dq, delta, grad, lse at rows `i < seq_q` and k, v at keys `j < k_hi <= seq_k`;
     // the bias, positions, segments and padding as the forward reads them; each unit of a query
     // cube writes its own `bias_width` slot of `partial`, whose shape counts every unit.
     unsafe {
@@ -637,7 +653,7 @@ pub(crate) fn launch_backward(
             contiguous(padding),
             contiguous(positions),
             contiguous(segments),
-            contiguous(output),
+            contiguous(delta),
             contiguous(lse),
             contiguous(grad),
             dq.clone().into_tensor_arg(),
@@ -708,8 +724,7 @@ impl ScalarValues {
             v as i32
         };
         let u32_of = |v: usize, what: &str| {
-            u32::try_from(v)
-                .unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
+            u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
         };
         limit(args.query_offset + sizes.seq_q, "the last query position");
         limit(args.key_offset + sizes.seq_k, "the last key position");
