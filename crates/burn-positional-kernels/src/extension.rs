@@ -98,6 +98,7 @@ pub(crate) trait PositionalKernels: Backend {
     /// a gradient `args.wanted` does not ask for is unspecified (zeros from the host and the
     /// default body).
     #[fusion(meta = attention::backward_meta)]
+    #[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
     fn flash_attention_backward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -165,6 +166,7 @@ pub(crate) trait PositionalKernels: Backend {
     }
 
     /// See the Cube-enabled twin above.
+    #[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
     fn flash_attention_backward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,

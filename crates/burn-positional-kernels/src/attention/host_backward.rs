@@ -26,6 +26,9 @@
 //! whose tiles stack the group: nothing is repeated. Memory: the chunks' dQ, linear in the
 //! sequence; no `seq_q x seq_k` block.
 
+// Only the autodiff node calls the backward.
+#![cfg_attr(not(feature = "autodiff"), allow(dead_code))]
+
 use std::mem::MaybeUninit;
 
 use burn::backend::TensorMetadata;

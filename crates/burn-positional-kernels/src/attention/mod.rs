@@ -404,6 +404,7 @@ pub(crate) fn count_backward_call() {
 }
 
 /// Which gradients the backward computes.
+#[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Wanted {
     pub q: bool,
@@ -414,6 +415,7 @@ pub(crate) struct Wanted {
 
 /// The backward's arguments: the forward's, and which gradients are wanted. `Clone + Send +
 /// Sync + 'static` for the `Fusion` wrapper.
+#[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct BackwardArgs {
     pub tile: TileArgs,
@@ -522,6 +524,7 @@ pub(crate) fn backward_meta(
 /// The backward's default body: the tensor-op tiles of [`backward`] (zeros for a gradient not
 /// wanted).
 #[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
 pub(crate) fn backward_body<B: burn::backend::Backend>(
     q: burn::backend::tensor::FloatTensor<B>,
     k: burn::backend::tensor::FloatTensor<B>,

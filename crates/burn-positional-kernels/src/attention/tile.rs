@@ -345,6 +345,7 @@ pub(crate) fn grouped_matmul<B: Backend>(a: FloatTensor<B>, b: FloatTensor<B>) -
     from_groups::<B>(B::float_matmul(to_groups::<B>(a, n_kv_heads), b), n_heads)
 }
 
+#[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
 /// `a^T b` summed over the heads of each group: `a`: `[batch, n_heads, rows, m]`, `b`:
 /// `[batch, n_heads, rows, n]`, output `[batch, n_kv_heads, m, n]` (the gradient of keys and
 /// values shared by a group).
