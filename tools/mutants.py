@@ -87,8 +87,11 @@ def run(name, path, original, mutated, test):
         print(f"{name}: does not compile\n{result.stderr[-2000:]}")
         return False
     caught = result.returncode != 0
+    lines = result.stdout.splitlines()
+    # The failed check's message: the line after "panicked at" (it ends in "off by ..." or names
+    # the NaN).
     reason = next(
-        (line.strip() for line in result.stdout.splitlines() if "off by" in line or "panicked" in line),
+        (lines[i + 1].strip() for i, line in enumerate(lines[:-1]) if "panicked at" in line),
         "",
     )
     print(f"{name}: {'caught' if caught else 'SURVIVED'} {reason[:300]}", flush=True)
