@@ -25,6 +25,10 @@
 //! scatter) and the tasks' are added. The grouped heads' dK and dV are summed in the task,
 //! whose tiles stack the group: nothing is repeated. Memory: the chunks' dQ, linear in the
 //! sequence; no `seq_q x seq_k` block.
+//!
+//! Past 700 lines for one reason to change: the backward's formula. The task loop, its gemm
+//! calls and the per-row helpers (probabilities, score gradients, the bias's gradient and its
+//! transpose test against the forward's table read) change together when it does.
 
 // Only the autodiff node calls the backward.
 #![cfg_attr(not(feature = "autodiff"), allow(dead_code))]

@@ -26,6 +26,10 @@
 //!
 //! The backward is in `pass.rs`; the tile's geometry (which keys, `rel`, bias, mask, the
 //! grouped products) in `tile.rs`.
+//!
+//! Past 700 lines for one reason to change: the op's interface. The options a caller builds,
+//! their checks and the extension's default bodies and output metadata for both directions
+//! all follow the op's arguments; the kernels live in the submodules.
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod cube;

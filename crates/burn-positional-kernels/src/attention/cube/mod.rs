@@ -21,6 +21,8 @@
 
 mod backward;
 mod registers;
+
+pub(crate) use backward::launch_backward;
 mod shared;
 
 use burn::backend::{TensorMetadata, cubecl::dtype_to_storage_type};
@@ -547,142 +549,6 @@ pub(crate) fn launch(
         ),
     }
     (output, lse)
-}
-
-/// The backward's host side: checks, contiguous inputs, the four outputs, one launch of
-/// [`backward::flash_backward_kernel`], and the bias's per-unit gradients summed into its shape.
-#[allow(clippy::too_many_arguments)]
-#[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
-pub(crate) fn launch_backward(
-    q: CubeTensor,
-    k: CubeTensor,
-    v: CubeTensor,
-    bias: CubeTensor,
-    padding: CubeTensor,
-    positions: CubeTensor,
-    segments: CubeTensor,
-    output: CubeTensor,
-    lse: CubeTensor,
-    grad: CubeTensor,
-    args: &super::BackwardArgs,
-) -> (CubeTensor, CubeTensor, CubeTensor, CubeTensor) {
-    use burn::backend::ops::FloatTensorOps;
-    use burn::tensor::FloatDType;
-    use burn_cubecl::CubeBackend;
-
-    let tile = &args.tile;
-    let sizes = check_sizes(
-        &q.shape().dims::<4>(),
-        &k.shape().dims::<4>(),
-        &v.shape().dims::<4>(),
-    );
-    let client = q.client.clone();
-    let dtype = q.dtype;
-    let empty = |shape: Shape, dtype: DType| {
-        empty_device_dtype(client.clone(), q.device.clone(), shape, dtype)
-    };
-    let (dq, dk, dv) = (
-        empty(q.shape(), dtype),
-        empty(k.shape(), dtype),
-        empty(v.shape(), dtype),
-    );
-    let bias_shape = bias.shape();
-    let device = q.device.clone();
-    let zeros_bias =
-        || CubeBackend::float_zeros(bias_shape.clone(), &device, FloatDType::from(dtype));
-    if sizes.batch * sizes.n_heads * sizes.seq_q * sizes.seq_k == 0 {
-        return (dq, dk, dv, zeros_bias());
-    }
-    let group = sizes.n_heads / sizes.n_kv_heads;
-    let per_unit = backward::per_unit(&sizes);
-    let units_per_head = (32 / group).max(1).min(sizes.seq_q.div_ceil(per_unit));
-    let units = group * units_per_head;
-    let rows = units_per_head * per_unit;
-    let key_tiles = sizes.seq_k.div_ceil(units * per_unit);
-    let query_tiles = sizes.seq_q.div_ceil(rows);
-    let bias_width = match tile.kind {
-        _ if !args.wanted.bias => 0,
-        BiasKind::None => 0,
-        BiasKind::Alibi => 1,
-        BiasKind::ByDistance { reach } => 2 * reach + 1,
-    };
-    // The units' bias gradients, f32: [batch, n_heads, query_tiles x units_per_head, width].
-    let slots = query_tiles * units_per_head;
-    let partial = empty(
-        Shape::new([sizes.batch, sizes.n_heads, slots, bias_width.max(1)]),
-        DType::F32,
-    );
-    // D = rowsum(dO * O) in f32, [batch, n_heads, seq_q, 1].
-    let f32_of = |t: CubeTensor| {
-        if dtype == DType::F32 {
-            t
-        } else {
-            CubeBackend::float_cast(t, FloatDType::F32)
-        }
-    };
-    let delta = CubeBackend::float_sum_dim(
-        CubeBackend::float_mul(f32_of(grad.clone()), f32_of(output)),
-        3,
-    );
-    let values = ScalarValues::new(&sizes, tile, rows, &positions, dtype, key_tiles);
-    let dtypes = storage_types(dtype, &positions, &segments, &padding);
-    let u32_of = |v: usize, what: &str| {
-        u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
-    };
-    let count = CubeCount::Static(
-        u32_of(key_tiles + query_tiles, "the backward's tiles"),
-        u32_of(sizes.n_kv_heads, "n_kv_heads"),
-        u32_of(sizes.batch, "batch"),
-    );
-    let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
-    // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted (output and
-    // grad `[batch, n_heads, seq_q, d_v]`, lse and delta `[batch, n_heads, seq_q, 1]`, as the forward
-    // wrote them); key cubes read and write k, v, dk, dv at keys `j < seq_k` of their
-    // (sequence, kv head) and q, delta, grad, lse at rows `i < seq_q`; query cubes read and
-    // write q, dq, delta, grad, lse at rows `i < seq_q` and k, v at keys `j < k_hi <= seq_k`;
-    // the bias, positions, segments and padding as the forward reads them; each unit of a query
-    // cube writes its own `bias_width` slot of `partial`, whose shape counts every unit.
-    unsafe {
-        backward::flash_backward_kernel::launch_unchecked(
-            &client,
-            count,
-            CubeDim::new_1d(u32_of(units, "the cube's units")),
-            contiguous(q),
-            contiguous(k),
-            contiguous(v),
-            contiguous(bias),
-            contiguous(padding),
-            contiguous(positions),
-            contiguous(segments),
-            contiguous(delta),
-            contiguous(lse),
-            contiguous(grad),
-            dq.clone().into_tensor_arg(),
-            dk.clone().into_tensor_arg(),
-            dv.clone().into_tensor_arg(),
-            partial.clone().into_tensor_arg(),
-            values.launch(),
-            sizes.d_head,
-            sizes.d_v,
-            per_unit,
-            group,
-            bias_width,
-            dtypes,
-        )
-    }
-    let dbias = if bias_width == 0 {
-        zeros_bias()
-    } else {
-        // Sum over the batch and the units: [n_heads, width], then the bias's shape and dtype.
-        let by_head = CubeBackend::float_sum_dim(CubeBackend::float_sum_dim(partial, 2), 0);
-        let summed = CubeBackend::float_reshape(by_head, bias_shape);
-        if dtype == DType::F32 {
-            summed
-        } else {
-            CubeBackend::float_cast(summed, FloatDType::from(dtype))
-        }
-    };
-    (dq, dk, dv, dbias)
 }
 
 /// The launch's run-time values ([`Scalars`]) for `sizes` and `args`, checked against the
