@@ -295,7 +295,7 @@ pub fn a_table_of_another_dtype_is_converted_or_refused(device: &Device) {
         .val()
         .into_data()
         .convert::<f32>()
-        .to_vec()
+        .try_to_vec::<f32>()
         .unwrap();
     assert!(values.iter().all(|&v| v == 1.5), "{:?}", &values[..4]);
 
