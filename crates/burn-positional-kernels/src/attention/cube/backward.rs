@@ -32,7 +32,7 @@ use burn_cubecl::{kernel::into_contiguous, ops::numeric::empty_device_dtype, ten
 use cubecl::prelude::*;
 
 use super::{
-    CAPPED, CAUSAL, EXPLICIT, ScalarValues, Scalars, UNSEEN, WINDOW, final_score, head_bias,
+    ALIBI, CAPPED, CAUSAL, EXPLICIT, ScalarValues, Scalars, UNSEEN, WINDOW, final_score, head_bias,
     key_place, key_range, query_place, storage_types,
 };
 use crate::attention::tile::BiasKind;
@@ -40,8 +40,8 @@ use crate::attention::{Sizes, check_sizes};
 
 /// One launch over `(key_tiles + query tiles, n_kv_heads, batch)` cubes of `CUBE_DIM_X` units;
 /// see the module. `C` is the compute type (f32); `dbias` holds the units' bias gradients
-/// `[batch, n_heads, units per head x query tiles, bias_width]` (in `C`; a placeholder when
-/// `bias_width` is 0); `delta` is `rowsum(dO * O)`, `[batch, n_heads, seq_q]` in `C`. Inputs are
+/// `[batch, n_heads, units per head x query tiles, width]` (in `C`; `width` is 1 for a slope or a
+/// placeholder, `2 reach + 1` for a table, held in `bias_slots` registers per unit); `delta` is `rowsum(dO * O)`, `[batch, n_heads, seq_q]` in `C`. Inputs are
 /// contiguous.
 #[cube(launch_unchecked)]
 pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
@@ -64,7 +64,7 @@ pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numer
     #[comptime] d_v: usize,
     #[comptime] per_unit: usize,
     #[comptime] group: usize,
-    #[comptime] bias_width: usize,
+    #[comptime] bias_slots: usize,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
     if CUBE_POS_X < p.key_tiles {
@@ -75,7 +75,7 @@ pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numer
     } else {
         query_cube::<F, C, I, J, P>(
             q, k, v, bias, padding, positions, segments, delta, lse, grad, dq, dbias, &p, d_head,
-            d_v, per_unit, group, bias_width,
+            d_v, per_unit, group, bias_slots,
         );
     }
 }
@@ -284,7 +284,7 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     #[comptime] d_v: usize,
     #[comptime] per_unit: usize,
     #[comptime] group: usize,
-    #[comptime] bias_width: usize,
+    #[comptime] bias_slots: usize,
 ) {
     let seq_q = p.seq_q as usize;
     let seq_k = p.seq_k as usize;
@@ -342,9 +342,10 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
         row_seg[t] = segment;
     }
     let (slope, table_base) = head_bias::<F, C>(bias, p, head);
-    // The unit's bias gradient: one slope (ALiBi) or one entry per clamped distance.
-    let mut dbs = Array::<C>::new(comptime!(if bias_width > 0 { bias_width } else { 1 }));
-    for e in 0..comptime!(if bias_width > 0 { bias_width } else { 1 }) {
+    // The unit's bias gradient: one slope (ALiBi; nothing when the bias has none or none is
+    // wanted) or one entry per clamped distance (`2 reach + 1` of the `bias_slots`).
+    let mut dbs = Array::<C>::new(bias_slots);
+    for e in 0..bias_slots {
         dbs[e] = C::new(0.0);
     }
 
@@ -390,14 +391,14 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                         dp += gs[t * d_v + d] * vs[d];
                     }
                     let ds = w * (dp - deltas[t]);
-                    if comptime!(bias_width == 1) {
+                    if comptime!(bias_slots == 1) && (p.flags & ALIBI) != 0 {
                         let mut distance = rel;
                         if rel < 0 {
                             distance = -rel;
                         }
                         dbs[0] -= ds * C::cast_from(distance);
                     }
-                    if comptime!(bias_width > 1) {
+                    if comptime!(bias_slots > 1) {
                         let at = min(max(rel, -p.reach), p.reach) + p.reach;
                         dbs[at as usize] += ds;
                     }
@@ -422,12 +423,15 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             }
         }
     }
-    if comptime!(bias_width > 0) {
-        let slots = CUBE_COUNT_X as usize - p.key_tiles as usize;
-        let base = ((b * p.n_heads as usize + head) * slots * units_per_head + slot) * bias_width;
-        for e in 0..bias_width {
-            dbias[base + e] = dbs[e];
-        }
+    // One slot (a slope, or the placeholder's) or the table's `2 reach + 1` entries.
+    let mut width = 1;
+    if comptime!(bias_slots > 1) {
+        width = 2 * p.reach as usize + 1;
+    }
+    let slots = CUBE_COUNT_X as usize - p.key_tiles as usize;
+    let base = ((b * p.n_heads as usize + head) * slots * units_per_head + slot) * width;
+    for e in 0..width {
+        dbias[base + e] = dbs[e];
     }
 }
 
@@ -489,7 +493,10 @@ pub(crate) fn launch_backward(
     }
     let group = sizes.n_heads / sizes.n_kv_heads;
     let per_unit = per_unit(&sizes);
-    let units_per_head = (32 / group).max(1).min(sizes.seq_q.div_ceil(per_unit));
+    // 32 units per cube whatever the lengths (at least one per head of the group): the cube's
+    // size is part of the compiled kernel, and each variant of this one costs seconds of LLVM
+    // on lavapipe. Units without rows or keys (short sequences) only find them missing.
+    let units_per_head = (32 / group).max(1);
     let units = group * units_per_head;
     let rows = units_per_head * per_unit;
     let key_tiles = sizes.seq_k.div_ceil(units * per_unit);
@@ -499,6 +506,15 @@ pub(crate) fn launch_backward(
         BiasKind::None => 0,
         BiasKind::Alibi => 1,
         BiasKind::ByDistance { reach } => 2 * reach + 1,
+    };
+    // Registers for a unit's bias gradient: a table's width rounded up to a power of two, so
+    // that tables of nearby reaches share one compiled kernel (each variant is seconds of
+    // LLVM on lavapipe); one slot for a slope, and for the placeholder written when no bias
+    // gradient is wanted (the ALiBi flag is a run-time one).
+    let bias_slots = if bias_width > 1 {
+        bias_width.next_power_of_two()
+    } else {
+        1
     };
     // The units' bias gradients, f32: [batch, n_heads, query_tiles x units_per_head, width].
     let slots = query_tiles * units_per_head;
@@ -560,7 +576,7 @@ pub(crate) fn launch_backward(
             sizes.d_v,
             per_unit,
             group,
-            bias_width,
+            bias_slots,
             dtypes,
         )
     }

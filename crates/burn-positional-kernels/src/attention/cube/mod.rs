@@ -93,6 +93,17 @@ struct Plan {
     stage: Option<usize>,
 }
 
+/// Units per head of a register or backward cube: enough for `seq_q` rows of `per_unit`,
+/// rounded up to a power of two, and at most 32 units per cube (at least one per head of the
+/// group). The cube's size is part of the compiled kernel, and each variant costs seconds of
+/// LLVM on lavapipe: rounded, lengths 9 to 16 tiles share one (the units past `seq_q` only
+/// find their rows missing).
+fn units_per_head(seq_q: usize, per_unit: usize, group: usize) -> usize {
+    (32 / group)
+        .max(1)
+        .min(seq_q.div_ceil(per_unit).next_power_of_two())
+}
+
 /// The row of the positions tensor that sequence `b` reads (row 0 when shared).
 #[cube]
 fn position_row(p: &Scalars, b: usize) -> usize {

@@ -114,7 +114,8 @@ pub(super) fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Nume
 /// Rows per unit: each key and value element loaded serves this many queries (fewer for wide
 /// heads, whose rows take more registers). A power of two no larger than seq_q: a decoding step
 /// (one query) keeps one row per unit, and there are at most four compiled variants per head
-/// width. About 32 units per cube, at least one per head of the group.
+/// width. About 32 units per cube, at least one per head of the group
+/// ([`units_per_head`](super::units_per_head)).
 pub(super) fn plan(sizes: &Sizes, group: usize) -> Plan {
     let per_unit = match sizes.d_head + sizes.d_v {
         0..=96 => 8,
@@ -122,7 +123,7 @@ pub(super) fn plan(sizes: &Sizes, group: usize) -> Plan {
         _ => 1,
     }
     .min(1 << sizes.seq_q.ilog2());
-    let units_per_head = (32 / group).max(1).min(sizes.seq_q.div_ceil(per_unit));
+    let units_per_head = super::units_per_head(sizes.seq_q, per_unit, group);
     Plan {
         per_unit,
         rows: units_per_head * per_unit,
