@@ -32,17 +32,18 @@ use burn_cubecl::{kernel::into_contiguous, ops::numeric::empty_device_dtype, ten
 use cubecl::prelude::*;
 
 use super::{
-    ALIBI, CAPPED, CAUSAL, EXPLICIT, ScalarValues, Scalars, UNSEEN, WINDOW, final_score, head_bias,
-    key_place, key_range, query_place, storage_types,
+    ALIBI, BIAS_GRAD, CAPPED, CAUSAL, EXPLICIT, ScalarValues, Scalars, UNSEEN, WINDOW, final_score,
+    head_bias, key_place, key_range, query_place, storage_types,
 };
 use crate::attention::tile::BiasKind;
 use crate::attention::{Sizes, check_sizes};
 
 /// One launch over `(key_tiles + query tiles, n_kv_heads, batch)` cubes of `CUBE_DIM_X` units;
 /// see the module. `C` is the compute type (f32); `dbias` holds the units' bias gradients
-/// `[batch, n_heads, units per head x query tiles, width]` (in `C`; `width` is 1 for a slope or a
-/// placeholder, `2 reach + 1` for a table, held in `bias_slots` registers per unit); `delta` is `rowsum(dO * O)`, `[batch, n_heads, seq_q]` in `C`. Inputs are
-/// contiguous.
+/// `[batch, n_heads, units per head x query tiles, width]` (in `C`; `width` is 1 for a slope,
+/// `2 reach + 1` for a table, held in `bias_slots` registers per unit; an unwritten placeholder
+/// when no bias gradient is wanted); `delta` is `rowsum(dO * O)`, `[batch, n_heads, seq_q]` in
+/// `C`. Inputs are contiguous.
 #[cube(launch_unchecked)]
 pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
@@ -342,8 +343,9 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
         row_seg[t] = segment;
     }
     let (slope, table_base) = head_bias::<F, C>(bias, p, head);
-    // The unit's bias gradient: one slope (ALiBi; nothing when the bias has none or none is
-    // wanted) or one entry per clamped distance (`2 reach + 1` of the `bias_slots`).
+    // The unit's bias gradient, when wanted: one slope (ALiBi) or one entry per clamped
+    // distance (`2 reach + 1` of the `bias_slots`).
+    let wanted = (p.flags & BIAS_GRAD) != 0;
     let mut dbs = Array::<C>::new(bias_slots);
     for e in 0..bias_slots {
         dbs[e] = C::new(0.0);
@@ -391,7 +393,7 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                         dp += gs[t * d_v + d] * vs[d];
                     }
                     let ds = w * (dp - deltas[t]);
-                    if comptime!(bias_slots == 1) && (p.flags & ALIBI) != 0 {
+                    if comptime!(bias_slots == 1) && wanted && (p.flags & ALIBI) != 0 {
                         let mut distance = rel;
                         if rel < 0 {
                             distance = -rel;
@@ -423,10 +425,13 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             }
         }
     }
-    // One slot (a slope, or the placeholder's) or the table's `2 reach + 1` entries.
-    let mut width = 1;
-    if comptime!(bias_slots > 1) {
-        width = 2 * p.reach as usize + 1;
+    // Nothing (no gradient wanted), one slope, or the table's `2 reach + 1` entries.
+    let mut width = 0;
+    if wanted {
+        width = 1;
+        if comptime!(bias_slots > 1) {
+            width = 2 * p.reach as usize + 1;
+        }
     }
     let slots = CUBE_COUNT_X as usize - p.key_tiles as usize;
     let base = ((b * p.n_heads as usize + head) * slots * units_per_head + slot) * width;
@@ -493,10 +498,11 @@ pub(crate) fn launch_backward(
     }
     let group = sizes.n_heads / sizes.n_kv_heads;
     let per_unit = per_unit(&sizes);
-    // 32 units per cube whatever the lengths (at least one per head of the group): the cube's
-    // size is part of the compiled kernel, and each variant of this one costs seconds of LLVM
-    // on lavapipe. Units without rows or keys (short sequences) only find them missing.
-    let units_per_head = (32 / group).max(1);
+    // As the forward's register cubes (a power of two: fewer compiled variants). A fixed 32
+    // units compiled fewer still, but the demo's 3-token training on lavapipe took 204 s with
+    // it against 192 s with these (`dog_bites_man on_wgpu`, Mesa's cache empty, one run each;
+    // the second built with `-p burn-positional-examples`).
+    let units_per_head = super::units_per_head(sizes.seq_q, per_unit, group);
     let units = group * units_per_head;
     let rows = units_per_head * per_unit;
     let key_tiles = sizes.seq_k.div_ceil(units * per_unit);
@@ -509,8 +515,8 @@ pub(crate) fn launch_backward(
     };
     // Registers for a unit's bias gradient: a table's width rounded up to a power of two, so
     // that tables of nearby reaches share one compiled kernel (each variant is seconds of
-    // LLVM on lavapipe); one slot for a slope, and for the placeholder written when no bias
-    // gradient is wanted (the ALiBi flag is a run-time one).
+    // LLVM on lavapipe); one slot for a slope or none. Whether it is wanted at all is a
+    // run-time flag (`BIAS_GRAD`), as ALiBi's is: no kernel of its own.
     let bias_slots = if bias_width > 1 {
         bias_width.next_power_of_two()
     } else {
@@ -534,7 +540,10 @@ pub(crate) fn launch_backward(
         CubeBackend::float_mul(f32_of(grad.clone()), f32_of(output)),
         3,
     );
-    let values = ScalarValues::new(&sizes, tile, rows, &positions, dtype, key_tiles);
+    let mut values = ScalarValues::new(&sizes, tile, rows, &positions, dtype, key_tiles);
+    if bias_width > 0 {
+        values.flags |= BIAS_GRAD;
+    }
     let dtypes = storage_types(dtype, &positions, &segments, &padding);
     let u32_of = |v: usize, what: &str| {
         u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))

@@ -47,6 +47,8 @@ const EXPLICIT: u32 = 16;
 const SEGMENTED: u32 = 32;
 const PADDED: u32 = 64;
 const CAPPED: u32 = 128;
+/// The backward only: the bias's gradient is wanted (the forward ignores it).
+const BIAS_GRAD: u32 = 256;
 
 /// Keys scored before the online softmax rescales a row (one rescale per block).
 const KEY_BLOCK: usize = 8;
