@@ -83,13 +83,27 @@ impl SequenceClassifier {
         (self.head.forward(pooled), weights)
     }
 
-    /// Cross-entropy loss and accuracy against `answers` `[batch]`.
+    /// Class logits through the blocks' fused attention (the training path): no attention
+    /// weights and no device-to-host read. Bad ids come out as NaN logits and are named by
+    /// `self.encoder.embed.check_inputs()`.
+    ///
+    /// # Shapes
+    ///
+    /// - ids: `[batch, seq]`
+    /// - logits: `[batch, n_classes]`
+    pub fn logits(&self, ids: Tensor<2, Int>) -> Tensor<2> {
+        let hidden = self.encoder.hidden(ids);
+        self.head.forward(hidden.mean_dim(1).squeeze_dim::<2>(1)) // pooled: [batch, d_model]
+    }
+
+    /// Cross-entropy loss and accuracy against `answers` `[batch]`, from
+    /// [`logits`](Self::logits): one read (the accuracy), none for the input check.
     pub fn loss_and_accuracy(
         &self,
         ids: Tensor<2, Int>,
         answers: Tensor<1, Int>,
     ) -> (Tensor<1>, f32) {
-        loss_and_accuracy(self.forward(ids).0, answers)
+        loss_and_accuracy(self.logits(ids), answers)
     }
 }
 
@@ -105,8 +119,7 @@ impl SequenceClassifier {
     /// - `batch.ids`: `[batch, seq]`; `batch.answers`: `[batch]`
     /// - output: `[batch, n_classes]`; targets: `[batch]`
     pub fn classification(&self, batch: SentenceBatch) -> ClassificationOutput {
-        let hidden = self.encoder.hidden(batch.ids);
-        let output = self.head.forward(hidden.mean_dim(1).squeeze_dim::<2>(1));
+        let output = self.logits(batch.ids);
         let loss = CrossEntropyLossConfig::new()
             .init(&output.device())
             .forward(output.clone(), batch.answers.clone());

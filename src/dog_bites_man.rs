@@ -145,10 +145,17 @@ pub struct Trained {
 /// Part 3 of the demo: the "who bites whom?" classifier (embedding, one attention block, mean
 /// pooling, a linear head) with `scheme`'s positions, trained with full-batch Adam on
 /// `device.autodiff()`, then scored on the held-out sentences. `on_step(step, loss,
-/// train_accuracy)` is called at every step (the loss stays on the device unless read).
+/// train_accuracy)` is called at every step (the loss stays on the device unless read). The
+/// steps run the blocks' fused attention ([`SequenceClassifier::logits`]), and the embedding's
+/// input check is read once after them and once after the held-out pass.
 ///
 /// Without positions (and with symmetric ALiBi) it cannot beat 50 % on held-out sentences:
 /// each one's reverse is held out too, and a model blind to order gives both the same answer.
+///
+/// # Panics
+///
+/// With the embedding's message if a sentence's ids were refused (never for the demo's
+/// vocabulary).
 pub fn train(
     scheme: Scheme,
     options: &TrainingOptions,
@@ -177,9 +184,18 @@ pub fn train(
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(LEARNING_RATE, model, grads);
     }
+    // The steps ran on the fused path without reading the input check: one read names any bad
+    // id of every step, here and after the held-out pass.
+    let checked = |model: &SequenceClassifier| {
+        if let Err(err) = model.encoder.embed.check_inputs() {
+            panic!("{err}");
+        }
+    };
+    checked(&model);
     let model = model.valid();
     let (held_ids, held_answers) = who_bites_whom::batch(&held_out, device);
     let (held_out_loss, held_out_accuracy) = model.loss_and_accuracy(held_ids, held_answers);
+    checked(&model);
     Trained {
         scheme,
         model,
