@@ -79,8 +79,7 @@ impl SequenceClassifier {
             .encoder
             .try_forward(ids)
             .unwrap_or_else(|err| panic!("{err}"));
-        let pooled = hidden.mean_dim(1).squeeze_dim::<2>(1); // [batch, d_model]
-        (self.head.forward(pooled), weights)
+        (self.head_of(hidden), weights)
     }
 
     /// Class logits through the blocks' fused attention (the training path): no attention
@@ -92,7 +91,12 @@ impl SequenceClassifier {
     /// - ids: `[batch, seq]`
     /// - logits: `[batch, n_classes]`
     pub fn logits(&self, ids: Tensor<2, Int>) -> Tensor<2> {
-        let hidden = self.encoder.hidden(ids);
+        self.head_of(self.encoder.hidden(ids))
+    }
+
+    /// Mean pooling over the sequence, then the head: `[batch, seq, d_model]` hidden states to
+    /// `[batch, n_classes]` logits.
+    fn head_of(&self, hidden: Tensor<3>) -> Tensor<2> {
         self.head.forward(hidden.mean_dim(1).squeeze_dim::<2>(1)) // pooled: [batch, d_model]
     }
 
