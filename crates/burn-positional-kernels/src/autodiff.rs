@@ -3,18 +3,18 @@
 //! Forward runs the inner backend's fused implementation (`B::fused_embedding_*`); the graph
 //! gets one node whose backward step computes:
 //!
-//! - token table: scatter-add of the token part of the output gradient, times `scale`, at the
-//!   ids (`embedding_backward`); padding and out-of-range rows get nothing;
-//! - learned table: the position part of the gradient, summed over the batch when the positions
-//!   are shared (`[1, seq]`), then scatter-added at the positions; bad positions get nothing.
-//!   Sequential positions that all lie inside the table skip the masks and the scatter: the
-//!   batch sum is placed at rows `offset..offset + seq`;
+//! - token table: the token part of the output gradient, times `scale`, summed per id by the
+//!   extension's table gradient ([`crate::table_grad`]: ids sorted once, a segment per row);
+//!   padding and out-of-range ids give nothing;
+//! - learned table: the position part of the gradient summed per position by the same op; bad
+//!   positions give nothing. Sequential positions that all lie inside the table need no sort:
+//!   the batch sum is placed at rows `offset..offset + seq`;
 //! - a constant table (the sinusoid cache) is not tracked: no gradient.
 //!
 //! The status output is an int tensor: not differentiable.
 
 use burn::backend::{
-    AutodiffBackend, Backend, Scalar, Slice, TensorMetadata,
+    AutodiffBackend, Backend, Slice, TensorMetadata,
     autodiff::{
         Autodiff,
         checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
@@ -28,81 +28,69 @@ use burn::tensor::{FloatDType, Shape};
 use crate::PositionalKernels;
 use crate::attention::{BackwardArgs, Extras, Saved, TileArgs, Wanted};
 use crate::options::{Combine, FusedEmbeddingOptions, KernelArgs};
-use crate::reference::{bool_dtype, id_ok, position_ok, positions_of, token_keep};
+use crate::reference::positions_of;
 use crate::rope::RopeArgs;
+use crate::table_grad::TableGradArgs;
 
 /// Gradient of the token table `[vocab_size, d_token]` from the output gradient
-/// `[batch, seq, d_out]`.
-fn token_table_grad<B: Backend>(
+/// `[batch, seq, d_out]`: the token part, times `scale`, summed per id; padding and
+/// out-of-range ids give nothing.
+fn token_table_grad<B: Backend + PositionalKernels>(
     grad: FloatTensor<B>,
     tokens: &FloatTensor<B>,
     ids: IntTensor<B>,
     options: &FusedEmbeddingOptions,
 ) -> FloatTensor<B> {
     let [vocab_size, d_token] = tokens.shape().dims();
-    let [batch, seq, _] = grad.shape().dims();
-    let grad = match options.combine {
-        Combine::Add => grad,
-        Combine::Concat { .. } => B::float_slice(
-            grad,
-            &[Slice::from(..), Slice::from(..), Slice::from(0..d_token)],
-        ),
+    let args = TableGradArgs {
+        rows: vocab_size,
+        first: 0,
+        width: d_token,
+        scale: options.scale,
+        skip: options.padding_idx,
     };
-    let bd = bool_dtype::<B>(&tokens.device());
-    let fd = FloatDType::from(grad.dtype());
-    let ok = id_ok::<B>(ids.clone(), vocab_size, bd);
-    let safe_ids = B::int_mask_fill(ids.clone(), B::bool_not(ok.clone()), Scalar::from(0i64));
-    let keep = token_keep::<B>(ids, ok, options.padding_idx, options, bd, fd);
-    let keep = B::float_expand(keep, Shape::new([batch, seq, d_token]));
-    B::embedding_backward(tokens.clone(), B::float_mul(grad, keep), safe_ids)
+    B::table_grad(grad, ids, args)
 }
 
 /// Gradient of the learned table `[max_len, d_position]`.
-fn learned_table_grad<B: Backend>(
+fn learned_table_grad<B: Backend + PositionalKernels>(
     grad: FloatTensor<B>,
     table: &FloatTensor<B>,
     ids: &IntTensor<B>,
     positions: IntTensor<B>,
     args: &KernelArgs,
 ) -> FloatTensor<B> {
-    let options = &args.options;
     let [max_len, d_position] = table.shape().dims();
     let [_, seq, d_out] = grad.shape().dims();
-    let grad = match options.combine {
-        Combine::Add => grad,
-        Combine::Concat { .. } => B::float_slice(
-            grad,
-            &[
-                Slice::from(..),
-                Slice::from(..),
-                Slice::from(d_out - d_position..d_out),
-            ],
-        ),
-    };
     let first = usize::try_from(args.offset()).ok();
     if args.sequential()
         && let Some(first) = first.filter(|&first| first + seq <= max_len)
     {
         // Rows first..first + seq, every one inside the table: the gradient is the output
-        // gradient summed over the batch, placed at those rows. No mask, no scatter.
+        // gradient's position part summed over the batch, placed at those rows. No sort.
+        let grad = match args.options.combine {
+            Combine::Add => grad,
+            Combine::Concat { .. } => B::float_slice(
+                grad,
+                &[
+                    Slice::from(..),
+                    Slice::from(..),
+                    Slice::from(d_out - d_position..d_out),
+                ],
+            ),
+        };
         let rows = B::float_reshape(B::float_sum_dim(grad, 0), Shape::new([seq, d_position]));
         return place_rows::<B>(rows, first, max_len, &table.device());
     }
     let positions = positions_of::<B>(positions, ids, args);
-    let [rows, _] = positions.shape().dims();
-    // Shared positions: one sum over the batch, then one scatter of `seq` rows.
-    let grad = if rows == 1 {
-        B::float_sum_dim(grad, 0)
-    } else {
-        grad
+    let grad_args = TableGradArgs {
+        rows: max_len,
+        first: d_out - d_position,
+        width: d_position,
+        scale: 1.0,
+        skip: None,
     };
-    let bd = bool_dtype::<B>(&table.device());
-    let fd = FloatDType::from(grad.dtype());
-    let ok = position_ok::<B>(positions.clone(), max_len, bd);
-    let safe = B::int_mask_fill(positions, B::bool_not(ok.clone()), Scalar::from(0i64));
-    let keep = B::float_reshape(B::bool_into_float(ok, fd), Shape::new([rows, seq, 1]));
-    let keep = B::float_expand(keep, Shape::new([rows, seq, d_position]));
-    B::embedding_backward(table.clone(), B::float_mul(grad, keep), safe)
+    B::table_grad(grad, positions, grad_args)
 }
 
 /// `[max_len, d]`: `rows` (`[n, d]`) at rows `first..first + n`, zeros elsewhere.
@@ -127,7 +115,7 @@ fn place_rows<B: Backend>(
 #[derive(Debug)]
 struct EmbeddingBackward;
 
-impl<B: Backend> Backward<B, 2> for EmbeddingBackward {
+impl<B: Backend + PositionalKernels> Backward<B, 2> for EmbeddingBackward {
     /// Token table, position table, ids, positions, arguments.
     type State = (
         FloatTensor<B>,
@@ -250,6 +238,16 @@ impl<B: Backend + PositionalKernels, C: CheckpointStrategy> PositionalKernels fo
         );
         let wrap = <Self as AutodiffBackend>::from_inner;
         (wrap(dq), wrap(dk), wrap(dv), wrap(dbias))
+    }
+
+    fn table_grad(
+        grad: FloatTensor<Self>,
+        index: IntTensor<Self>,
+        args: TableGradArgs,
+    ) -> FloatTensor<Self> {
+        // Not differentiated again: the inner backend's op on the values, as a constant.
+        let grad = B::table_grad(grad.into_primitive(), index, args);
+        <Self as AutodiffBackend>::from_inner(grad)
     }
 
     fn flash_attention(

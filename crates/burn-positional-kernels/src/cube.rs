@@ -311,4 +311,12 @@ impl PositionalKernels for CubeBackend {
             q, k, v, bias, padding, positions, segments, output, lse, grad, &args,
         )
     }
+
+    fn table_grad(
+        grad: FloatTensor<Self>,
+        index: IntTensor<Self>,
+        args: crate::table_grad::TableGradArgs,
+    ) -> FloatTensor<Self> {
+        crate::table_grad::cube::launch(grad, index, &args)
+    }
 }

@@ -22,6 +22,7 @@ use crate::options;
 use crate::options::KernelArgs;
 use crate::reference;
 use crate::rope::{self, RopeArgs};
+use crate::table_grad::{self, TableGradArgs};
 use burn::backend::{
     Backend, backend_extension,
     tensor::{BoolTensor, FloatTensor, IntTensor},
@@ -133,6 +134,19 @@ pub(crate) trait PositionalKernels: Backend {
     ) -> FloatTensor<Self> {
         rope::reference::rope::<Self>(x, cos, sin, &args)
     }
+
+    /// The gradient of an embedding table `[args.rows, args.width]` (the dtype of `grad`) from
+    /// the output gradient `grad` `[batch, seq, d_out]` and the rows the tokens read, `index`
+    /// `[1 or batch, seq]` (see [`crate::table_grad`]).
+    #[fusion(meta = table_grad::meta)]
+    #[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
+    fn table_grad(
+        grad: FloatTensor<Self>,
+        index: IntTensor<Self>,
+        args: TableGradArgs,
+    ) -> FloatTensor<Self> {
+        table_grad::default_body::<Self>(grad, index, &args)
+    }
 }
 
 // Without a Cube backend there is no `Fusion` wrapper to generate (and `#[fusion]`, which the
@@ -198,5 +212,15 @@ pub(crate) trait PositionalKernels: Backend {
         args: RopeArgs,
     ) -> FloatTensor<Self> {
         rope::reference::rope::<Self>(x, cos, sin, &args)
+    }
+
+    /// See the Cube-enabled twin above.
+    #[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
+    fn table_grad(
+        grad: FloatTensor<Self>,
+        index: IntTensor<Self>,
+        args: TableGradArgs,
+    ) -> FloatTensor<Self> {
+        table_grad::default_body::<Self>(grad, index, &args)
     }
 }

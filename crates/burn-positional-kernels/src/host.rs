@@ -324,6 +324,14 @@ macro_rules! host_extension {
                     args.wanted,
                 )
             }
+
+            fn table_grad(
+                grad: FloatTensor<Self>,
+                index: IntTensor<Self>,
+                args: crate::table_grad::TableGradArgs,
+            ) -> FloatTensor<Self> {
+                crate::table_grad::host::run::<Self>(&grad, &index, &args)
+            }
         }
     };
 }

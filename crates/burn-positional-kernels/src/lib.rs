@@ -51,6 +51,7 @@ mod host;
 mod options;
 mod reference;
 mod rope;
+mod table_grad;
 
 #[cfg(feature = "testing")]
 #[doc(hidden)]
@@ -66,8 +67,8 @@ pub use attention::{
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use attention::{
-    flash_attention_backward_calls, flash_attention_calls, flash_variant_launches,
-    set_thread_flash_variant,
+    flash_attention_backward_calls, flash_attention_calls, flash_variant_backward_launches,
+    flash_variant_launches, set_thread_flash_key_splits, set_thread_flash_variant,
 };
 pub(crate) use extension::PositionalKernels;
 pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};

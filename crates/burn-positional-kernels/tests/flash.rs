@@ -11,8 +11,9 @@
 use burn::tensor::{Bool, DType, Device, Distribution, Int, Tensor, TensorData, Tolerance};
 use burn_positional_kernels::{
     AttendOptions, AttentionBias, FLASH_VARIANT_ENV, FlashVariant, Window,
-    flash_attention_backward_calls, flash_attention_calls, flash_variant, flash_variant_launches,
-    reference_attention, set_thread_flash_variant, tiled_attention,
+    flash_attention_backward_calls, flash_attention_calls, flash_variant,
+    flash_variant_backward_launches, flash_variant_launches, reference_attention,
+    set_thread_flash_key_splits, set_thread_flash_variant, tiled_attention,
 };
 
 mod common;
@@ -438,21 +439,27 @@ fn half_precision_follows_f32() {
     check_half(&host_devices());
 }
 
-/// The wgpu devices (plain and autodiff) with `variant` forced on this thread: every case of
-/// [`cases`] (`long` picks which of the 1000-token ones), [`wide_cases`] and the
-/// half-precision check, and
-/// proof that the forced kernel is what ran: its launch count grew by at least one per call.
-fn check_variant(variant: FlashVariant, long: impl Fn(&Case) -> bool) -> u64 {
+/// The wgpu devices (plain and autodiff) with `variant` (and `splits`, the shared forward's key
+/// splits, where given) forced on this thread: the cases of [`cases`] and [`wide_cases`] that
+/// `keep` keeps, and the half-precision check, and proof that the forced kernels are what ran: the forward's launch
+/// count grew by at least one per call, the backward's by at least one per backward call (the
+/// backward follows the variant its forward was called with). Returns the forward launches
+/// beyond the calls.
+fn check_variant(
+    variant: FlashVariant,
+    splits: Option<usize>,
+    keep: impl Fn(&Case) -> bool,
+) -> u64 {
     set_thread_flash_variant(Some(variant));
+    set_thread_flash_key_splits(splits);
     let devices = wgpu_devices();
     for device in &devices {
         assert_eq!(flash_variant(device), variant, "{device:?}");
     }
-    let cases: Vec<Case> = cases()
-        .into_iter()
-        .filter(|case| case.seq_q < 1000 || long(case))
-        .collect();
+    let cases: Vec<Case> = cases().into_iter().filter(|case| keep(case)).collect();
     let before = flash_variant_launches(variant);
+    let before_backward = flash_variant_backward_launches(variant);
+    let backward_calls_before = flash_attention_backward_calls();
     // The wide heads on the autodiff device alone: it checks the outputs too.
     let autodiff: Vec<Device> = devices
         .iter()
@@ -460,13 +467,20 @@ fn check_variant(variant: FlashVariant, long: impl Fn(&Case) -> bool) -> u64 {
         .cloned()
         .collect();
     let calls = check_cases(&devices, &cases)
-        + check_cases(&autodiff, &wide_cases())
+        + check_cases(&autodiff, &wide_cases(&keep))
         + check_half(&devices);
     let launched = flash_variant_launches(variant) - before;
+    let backward_calls = flash_attention_backward_calls() - backward_calls_before;
+    let backward_launched = flash_variant_backward_launches(variant) - before_backward;
     set_thread_flash_variant(None);
+    set_thread_flash_key_splits(None);
     assert!(
         launched >= calls,
         "{variant:?}: {launched} launches for {calls} calls"
+    );
+    assert!(
+        backward_calls > 0 && backward_launched >= backward_calls,
+        "{variant:?}: {backward_launched} backward launches for {backward_calls} backward calls"
     );
     launched - calls
 }
@@ -474,10 +488,10 @@ fn check_variant(variant: FlashVariant, long: impl Fn(&Case) -> bool) -> u64 {
 /// The cases at 65 tokens (each value of each option, across a stage of keys) with wide heads
 /// of unequal widths (`d_head` 64, `d_v` 40), as a GPU model has them: one row per unit and
 /// another stage length in the shared kernel, two rows per unit in the register kernel.
-fn wide_cases() -> Vec<Case> {
+fn wide_cases(keep: impl Fn(&Case) -> bool) -> Vec<Case> {
     cases()
         .into_iter()
-        .filter(|case| case.seq_q == 65)
+        .filter(|case| case.seq_q == 65 && keep(case))
         .map(|case| Case {
             d_head: 64,
             d_v: 40,
@@ -489,16 +503,26 @@ fn wide_cases() -> Vec<Case> {
 /// The register kernel (lavapipe's `Auto`), forced: every case, the three 1000-token ones too.
 #[test]
 fn register_kernel_equals_the_slow_twin() {
-    check_variant(FlashVariant::Registers, |_| true);
+    check_variant(FlashVariant::Registers, None, |_| true);
 }
 
-/// The shared-memory kernel, forced (on lavapipe too, where `Auto` would not pick it): every
-/// case; of the 1000-token ones only the window, whose tiles start their keys past 0 and walk
+/// The shared-memory kernels, forced (on lavapipe too, where `Auto` would not pick them), the
+/// forward and the backward: every case; of the 1000-token ones only the window, whose tiles start their keys past 0 and walk
 /// many stages (the 63- and 65-token cases already cross a stage of 64 keys). No other test
 /// forces it: its launches are exactly this test's calls.
 #[test]
 fn shared_kernel_equals_the_slow_twin() {
-    let extra = check_variant(FlashVariant::Shared, |case| case.window.is_some());
+    let extra = check_variant(FlashVariant::Shared, None, |case| {
+        case.seq_q < 1000 || case.window.is_some()
+    });
+    assert_eq!(extra, 0, "shared launches from elsewhere");
+    // Each tile's keys split into 3 runs across cubes and combined (flash-decoding: `Auto`
+    // splits where the grid is small next to the device, as in a decoding step), on the cases
+    // of 63 and 65 tokens (each value of every option, a stage of keys crossed) and the
+    // half-precision check: outputs, and gradients through the combined log-sum-exp.
+    let extra = check_variant(FlashVariant::Shared, Some(3), |case| {
+        (63..1000).contains(&case.seq_q)
+    });
     assert_eq!(extra, 0, "shared launches from elsewhere");
 }
 

@@ -17,6 +17,9 @@ const BATCH: usize = 2;
 const SEQ: usize = 5;
 const MAX_LEN: usize = 7;
 
+#[path = "fused_vs_reference/gradients.rs"]
+mod gradients;
+
 #[allow(deprecated)]
 fn devices() -> Vec<Device> {
     vec![
@@ -261,10 +264,13 @@ fn bad_positions_are_named_with_their_place() {
 /// Gradients of the hand-written backward against autodiff through the reference body.
 #[test]
 fn backward_matches_reference_autodiff() {
-    for device in [
+    #[allow(deprecated)]
+    let devices = [
         Device::flex().autodiff(),
+        Device::ndarray().autodiff(),
         Device::wgpu(DeviceKind::DefaultDevice).autodiff(),
-    ] {
+    ];
+    for device in devices {
         for spec in cases() {
             let case = build(&device, spec);
             let d_out = fused(&case).0.dims()[2];

@@ -46,7 +46,10 @@ pub(crate) use pass::{Saved, backward};
 pub(crate) use tile::{BiasKind, Extras, TileArgs};
 pub use variant::{FLASH_VARIANT_ENV, FlashVariant, flash_variant, set_flash_variant};
 #[cfg(feature = "testing")]
-pub use variant::{flash_variant_launches, set_thread_flash_variant};
+pub use variant::{
+    flash_variant_backward_launches, flash_variant_launches, set_thread_flash_key_splits,
+    set_thread_flash_variant,
+};
 
 use burn::tensor::{Bool, Int, Tensor};
 
@@ -692,6 +695,7 @@ fn run(
         softcap: options.softcap,
         lse: false,
         variant: variant::requested(),
+        key_splits: variant::requested_key_splits(),
     };
     args.tile = tile_rows(options.tile_rows, batch, n_heads, seq_k, &args);
     if fused && crate::fused_covers(&device) {

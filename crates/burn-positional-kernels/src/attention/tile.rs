@@ -59,6 +59,9 @@ pub(crate) struct TileArgs {
     /// The CubeCL kernel the caller asked for (captured when the op is called, so that a
     /// lazily executed op runs its caller's choice); unread elsewhere.
     pub variant: super::FlashVariant,
+    /// Into how many runs the shared forward splits each tile's keys, where a test forces it
+    /// (captured when the op is called, as `variant`); `None`: by the grid and the device.
+    pub key_splits: Option<usize>,
 }
 
 /// The tensors besides q, k, v that a tile reads: explicit positions, segment ids, padding.
@@ -488,6 +491,7 @@ mod tests {
             softcap: None,
             lse: false,
             variant: crate::attention::FlashVariant::Auto,
+            key_splits: None,
         }
     }
 

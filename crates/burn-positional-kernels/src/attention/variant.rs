@@ -28,11 +28,13 @@ pub enum FlashVariant {
     #[default]
     Auto,
     /// Each unit keeps a few query rows in registers and reads keys and values straight from
-    /// device memory; no shared memory, no barrier. Best on CPU-emulated adapters.
+    /// device memory (the backward: keys, or query rows, in registers); no shared memory, no
+    /// barrier. Best on CPU-emulated adapters.
     Registers,
     /// Key and value blocks staged in shared memory, loaded once per cube by all its units;
-    /// one or two query rows per unit, a cube of whole planes. For GPUs. Where the device's
-    /// shared memory cannot hold even the smallest block of keys (very wide heads), the launch
+    /// one or two query rows per unit, a cube of whole planes. For GPUs. The backward stages
+    /// query rows for its key cubes and keys for its query cubes the same way. Where the
+    /// device's shared memory cannot hold even the smallest block (very wide heads), the launch
     /// falls back to [`FlashVariant::Registers`].
     Shared,
 }
@@ -76,6 +78,7 @@ static ENV: OnceLock<FlashVariant> = OnceLock::new();
 
 thread_local! {
     static THREAD: std::cell::Cell<Option<FlashVariant>> = const { std::cell::Cell::new(None) };
+    static KEY_SPLITS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
 /// Sets which flash-attention kernel every later [`tiled_attention`](crate::tiled_attention)
@@ -131,6 +134,19 @@ pub fn set_thread_flash_variant(variant: Option<FlashVariant>) {
     THREAD.with(|cell| cell.set(variant));
 }
 
+/// Sets (`Some`) or clears (`None`) how many runs the shared-memory forward splits each
+/// tile's keys into for the calling thread's attention calls (normally chosen by the grid
+/// size and the device): tests of the split path on small cases.
+#[cfg(feature = "testing")]
+pub fn set_thread_flash_key_splits(splits: Option<usize>) {
+    KEY_SPLITS.with(|cell| cell.set(splits));
+}
+
+/// The calling thread's forced key splits (tests only), else `None`.
+pub(crate) fn requested_key_splits() -> Option<usize> {
+    KEY_SPLITS.with(std::cell::Cell::get)
+}
+
 /// The caller's choice, unresolved: the thread's, else the process's (or the environment's).
 ///
 /// # Panics
@@ -170,8 +186,11 @@ pub(crate) fn resolve(
     }
 }
 
+/// Launches of the register and the shared kernel, forward (0, 1) and backward (2, 3).
 #[cfg(feature = "testing")]
-static LAUNCHES: [std::sync::atomic::AtomicU64; 2] = [
+static LAUNCHES: [std::sync::atomic::AtomicU64; 4] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
     std::sync::atomic::AtomicU64::new(0),
     std::sync::atomic::AtomicU64::new(0),
 ];
@@ -183,6 +202,28 @@ pub(crate) fn count_launch(shared: bool) {
     LAUNCHES[usize::from(shared)].fetch_add(1, Ordering::Relaxed);
     #[cfg(not(feature = "testing"))]
     let _ = shared;
+}
+
+/// Counts one launch of the shared-memory backward kernel (`shared`) or the register one.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
+pub(crate) fn count_backward_launch(shared: bool) {
+    #[cfg(feature = "testing")]
+    LAUNCHES[2 + usize::from(shared)].fetch_add(1, Ordering::Relaxed);
+    #[cfg(not(feature = "testing"))]
+    let _ = shared;
+}
+
+/// How many times this process launched the `Registers` or the `Shared` backward kernel, on
+/// any thread; 0 for `Auto`. Only with the `testing` feature.
+#[cfg(feature = "testing")]
+pub fn flash_variant_backward_launches(variant: FlashVariant) -> u64 {
+    let at = match variant {
+        FlashVariant::Auto => return 0,
+        FlashVariant::Registers => 2,
+        FlashVariant::Shared => 3,
+    };
+    LAUNCHES[at].load(Ordering::Relaxed)
 }
 
 /// How many times this process launched the `Registers` or the `Shared` kernel, on any thread

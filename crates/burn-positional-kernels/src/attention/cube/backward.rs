@@ -18,8 +18,10 @@
 //! row for every query it meets. The bias's per-unit gradients (`[batch, n_heads, units, width]`, a few per query tile) are summed over
 //! the batch and the units after the launch, by one reduction: no scatter per tile.
 //!
-//! Both kinds compute in f32 whatever the storage dtype, as the forward. No shared memory: the
-//! same kernel serves lavapipe (where shared memory measured slower in the forward) and GPUs.
+//! Both kinds compute in f32 whatever the storage dtype, as the forward. No shared memory: this
+//! is the variant for CPU-emulated adapters (lavapipe, where shared memory measured slower in the
+//! forward); `backward_shared.rs` stages the other side of each product in shared memory for a
+//! GPU. [`launch_backward`] picks one by the variant the forward was called with.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]
@@ -36,6 +38,7 @@ use super::{
     head_bias, key_place, key_range, query_place, storage_types,
 };
 use crate::attention::tile::BiasKind;
+use crate::attention::variant::{FlashVariant, count_backward_launch, resolve};
 use crate::attention::{Sizes, check_sizes};
 
 /// One launch over `(key_tiles + query tiles, n_kv_heads, batch)` cubes of `CUBE_DIM_X` units;
@@ -83,7 +86,7 @@ pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numer
 
 /// `p = exp(x - lse)` of a final score `x`, 0 where it is hidden.
 #[cube]
-fn probability<C: Float>(x: C, lse: C) -> C {
+pub(super) fn probability<C: Float>(x: C, lse: C) -> C {
     let mut w = C::new(0.0);
     if x > C::new(UNSEEN) {
         w = C::exp(x - lse);
@@ -93,7 +96,7 @@ fn probability<C: Float>(x: C, lse: C) -> C {
 
 /// `1 - tanh(raw / c)^2` under a softcap, else 1: the slope of `c tanh(x / c)` at `raw`.
 #[cube]
-fn cap_slope<C: Float>(raw: C, p: &Scalars) -> C {
+pub(super) fn cap_slope<C: Float>(raw: C, p: &Scalars) -> C {
     let mut slope = C::new(1.0);
     if (p.flags & CAPPED) != 0 {
         let t = C::tanh(raw / C::cast_from(p.softcap));
@@ -105,7 +108,7 @@ fn cap_slope<C: Float>(raw: C, p: &Scalars) -> C {
 /// The query rows that can see some key of `j0..j1` (sequential positions: the causal mask and
 /// the window prune them; explicit ones: all).
 #[cube]
-fn query_range(p: &Scalars, j0: usize, j1: usize) -> (usize, usize) {
+pub(super) fn query_range(p: &Scalars, j0: usize, j1: usize) -> (usize, usize) {
     let mut lo = 0i32;
     let mut hi = p.seq_q as i32;
     if (p.flags & EXPLICIT) == 0 {
@@ -497,14 +500,29 @@ pub(crate) fn launch_backward(
         return (dq, dk, dv, zeros_bias());
     }
     let group = sizes.n_heads / sizes.n_kv_heads;
-    let per_unit = per_unit(&sizes);
-    // As the forward's register cubes (a power of two: fewer compiled variants). A fixed 32
-    // units compiled fewer still, but the demo's 3-token training on lavapipe took 204 s with
-    // it against 192 s with these (`dog_bites_man on_wgpu`, Mesa's cache empty, one run each;
-    // the second built with `-p burn-positional-examples`).
-    let units_per_head = super::units_per_head(sizes.seq_q, per_unit, group);
-    let units = group * units_per_head;
-    let rows = units_per_head * per_unit;
+    // The variant the caller chose (or the adapter's), as the forward picks its kernel; the
+    // shared one where the device can hold its stages.
+    let properties = client.properties();
+    let shared = match resolve(tile.variant, &properties.identity) {
+        FlashVariant::Shared => {
+            super::backward_shared::plan(&sizes, group, dtype.size(), &properties.hardware)
+        }
+        _ => None,
+    };
+    let (per_unit, units, rows, stage) = match shared {
+        Some(plan) => (plan.per_unit, plan.units, plan.rows, plan.stage),
+        None => {
+            let per_unit = per_unit(&sizes);
+            // As the forward's register cubes (a power of two: fewer compiled variants). A
+            // fixed 32 units compiled fewer still, but the demo's 3-token training on lavapipe
+            // took 204 s with it against 192 s with these (`dog_bites_man on_wgpu`, Mesa's
+            // cache empty, one run each; the second built with `-p burn-positional-examples`).
+            let units_per_head = super::units_per_head(sizes.seq_q, per_unit, group);
+            let units = group * units_per_head;
+            (per_unit, units, units_per_head * per_unit, None)
+        }
+    };
+    let units_per_head = rows / per_unit;
     let key_tiles = sizes.seq_k.div_ceil(units * per_unit);
     let query_tiles = sizes.seq_q.div_ceil(rows);
     let bias_width = match tile.kind {
@@ -561,33 +579,46 @@ pub(crate) fn launch_backward(
     // write q, dq, delta, grad, lse at rows `i < seq_q` and k, v at keys `j < k_hi <= seq_k`;
     // the bias, positions, segments and padding as the forward reads them; each unit of a query
     // cube writes its own `bias_width` slot of `partial`, whose shape counts every unit.
-    unsafe {
-        flash_backward_kernel::launch_unchecked(
-            &client,
-            count,
-            CubeDim::new_1d(u32_of(units, "the cube's units")),
-            contiguous(q),
-            contiguous(k),
-            contiguous(v),
-            contiguous(bias),
-            contiguous(padding),
-            contiguous(positions),
-            contiguous(segments),
-            contiguous(delta),
-            contiguous(lse),
-            contiguous(grad),
-            dq.clone().into_tensor_arg(),
-            dk.clone().into_tensor_arg(),
-            dv.clone().into_tensor_arg(),
-            partial.clone().into_tensor_arg(),
-            values.launch(),
-            sizes.d_head,
-            sizes.d_v,
-            per_unit,
-            group,
-            bias_slots,
-            dtypes,
-        )
+    macro_rules! launch_with {
+        ($kernel:path $(, $stage:expr)?) => {
+            unsafe {
+                $kernel(
+                    &client,
+                    count,
+                    CubeDim::new_1d(u32_of(units, "the cube's units")),
+                    contiguous(q),
+                    contiguous(k),
+                    contiguous(v),
+                    contiguous(bias),
+                    contiguous(padding),
+                    contiguous(positions),
+                    contiguous(segments),
+                    contiguous(delta),
+                    contiguous(lse),
+                    contiguous(grad),
+                    dq.clone().into_tensor_arg(),
+                    dk.clone().into_tensor_arg(),
+                    dv.clone().into_tensor_arg(),
+                    partial.clone().into_tensor_arg(),
+                    values.launch(),
+                    sizes.d_head,
+                    sizes.d_v,
+                    per_unit,
+                    group,
+                    bias_slots,
+                    $($stage,)?
+                    dtypes,
+                )
+            }
+        };
+    }
+    count_backward_launch(stage.is_some());
+    match stage {
+        Some(stage) => launch_with!(
+            super::backward_shared::flash_backward_shared_kernel::launch_unchecked,
+            stage
+        ),
+        None => launch_with!(flash_backward_kernel::launch_unchecked),
     }
     let dbias = if bias_width == 0 {
         zeros_bias()

@@ -20,6 +20,7 @@
 #![allow(clippy::too_many_arguments)]
 
 mod backward;
+mod backward_shared;
 mod registers;
 
 pub(crate) use backward::launch_backward;
@@ -80,6 +81,8 @@ struct Scalars {
     /// The backward: how many cubes (per kv head and sequence) hold keys; the rest hold query
     /// tiles. 0 in the forward.
     key_tiles: u32,
+    /// The shared forward: into how many runs a tile's keys are split across cubes (1: none).
+    splits: u32,
 }
 
 /// A cube's geometry, chosen by its variant.
@@ -495,17 +498,39 @@ pub(crate) fn launch(
     }
     .unwrap_or_else(|| registers::plan(&sizes, group));
     count_launch(plan.stage.is_some());
-    let values = ScalarValues::new(&sizes, args, plan.rows, &positions, dtype, 0);
+    let mut values = ScalarValues::new(&sizes, args, plan.rows, &positions, dtype, 0);
+    let query_tiles = sizes.seq_q.div_ceil(plan.rows);
+    let splits = match plan.stage {
+        Some(_) => key_splits(&sizes, query_tiles, args, &properties.hardware),
+        None => 1,
+    };
+    values.splits = splits as u32;
     let dtypes = storage_types(dtype, &positions, &segments, &padding);
     let u32_of = |v: usize, what: &str| {
         u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
     };
     let scalars = values.launch();
     let count = CubeCount::Static(
-        u32_of(sizes.seq_q.div_ceil(plan.rows), "the query tiles"),
+        u32_of(query_tiles * splits, "the query tiles times the key splits"),
         u32_of(sizes.n_kv_heads, "n_kv_heads"),
         u32_of(sizes.batch, "batch"),
     );
+    // Split keys: each split writes its rows, normalized, and their log-sum-exp into
+    // `[splits * batch, ..]` partial outputs (the storage dtype, as the kernel writes it),
+    // combined in f32 after the launch.
+    let (out_buffer, lse_buffer) = if splits > 1 {
+        let partial = |d: usize| {
+            empty_device_dtype(
+                client.clone(),
+                q.device.clone(),
+                Shape::new([splits * sizes.batch, sizes.n_heads, sizes.seq_q, d]),
+                dtype,
+            )
+        };
+        (partial(sizes.d_v), partial(1))
+    } else {
+        (output.clone(), lse.clone())
+    };
     let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
     let o = Operands {
         q: contiguous(q),
@@ -515,8 +540,8 @@ pub(crate) fn launch(
         padding: contiguous(padding),
         positions: contiguous(positions),
         segments: contiguous(segments),
-        output: output.clone().into_tensor_arg(),
-        lse: lse.clone().into_tensor_arg(),
+        output: out_buffer.clone().into_tensor_arg(),
+        lse: lse_buffer.clone().into_tensor_arg(),
     };
     // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; every
     // read of q, the output and the log-sum-exp is guarded by `i < seq_q`; k and v are read at
@@ -561,7 +586,134 @@ pub(crate) fn launch(
             KEY_BLOCK
         ),
     }
+    if splits > 1 {
+        combine_splits(
+            &out_buffer,
+            &lse_buffer,
+            &output,
+            &lse,
+            splits,
+            sizes.d_v,
+            values.lowest,
+        );
+    }
     (output, lse)
+}
+
+/// Cubes a launch aims for where the device does not say how many multiprocessors it has
+/// (wgpu does not): two per multiprocessor of a 132-multiprocessor H100 or H200.
+const TARGET_CUBES: usize = 256;
+/// The fewest keys a split of a tile walks: below this the combine costs more than it saves.
+const MIN_KEYS_PER_SPLIT: usize = 256;
+/// The most splits of one tile's keys.
+const MAX_SPLITS: usize = 32;
+
+/// Into how many runs the shared forward splits each tile's keys (flash-decoding): enough
+/// cubes for the device (`query_tiles x n_kv_heads x batch` times the splits reaching about two
+/// per multiprocessor), each split at least [`MIN_KEYS_PER_SPLIT`] keys. One where the grid is
+/// large already (a long prefill, a big batch), many for a decoding step (one query row over
+/// thousands of keys: `n_kv_heads x batch` cubes otherwise). A test may force a count.
+fn key_splits(
+    sizes: &super::Sizes,
+    query_tiles: usize,
+    args: &TileArgs,
+    hardware: &cubecl::ir::HardwareProperties,
+) -> usize {
+    if let Some(forced) = args.key_splits {
+        return forced.clamp(1, sizes.seq_k.max(1));
+    }
+    let target = hardware
+        .num_streaming_multiprocessors
+        .map_or(TARGET_CUBES, |sm| 2 * sm as usize);
+    let grid = query_tiles * sizes.n_kv_heads * sizes.batch;
+    target
+        .div_ceil(grid.max(1))
+        .min(sizes.seq_k / MIN_KEYS_PER_SPLIT)
+        .clamp(1, MAX_SPLITS)
+}
+
+/// Unit per output element `[row, d]` of the final `[rows, d_v]` output: the splits' rows
+/// weighted by `exp(lse_s - lse)`, `lse = log Σ exp(lse_s)` over the splits (in f32), written
+/// in `F`; the unit of column 0 writes the row's log-sum-exp. A split that saw no key has the
+/// dtype's lowest log-sum-exp and zeros: weight 0, or a row of zeros where no split saw a key.
+#[cube(launch_unchecked)]
+fn combine_splits_kernel<F: Float, C: Float>(
+    partial: &Tensor<F>,
+    partial_lse: &Tensor<F>,
+    output: &mut Tensor<F>,
+    lse: &mut Tensor<F>,
+    rows: u32,
+    d_v: u32,
+    splits: u32,
+    lowest: f32,
+    #[define(F, C)] _dtypes: [ElemType; 2],
+) {
+    let rows = rows as usize;
+    let d_v = d_v as usize;
+    if ABSOLUTE_POS >= rows * d_v {
+        terminate!();
+    }
+    let row = ABSOLUTE_POS / d_v;
+    let d = ABSOLUTE_POS % d_v;
+    let splits = splits as usize;
+    let mut m = C::cast_from(lowest);
+    for s in 0..splits {
+        m = max(m, C::cast_from(partial_lse[s * rows + row]));
+    }
+    let mut l = C::new(0.0);
+    let mut acc = C::new(0.0);
+    for s in 0..splits {
+        let w = C::exp(C::cast_from(partial_lse[s * rows + row]) - m);
+        l += w;
+        acc += w * C::cast_from(partial[(s * rows + row) * d_v + d]);
+    }
+    output[ABSOLUTE_POS] = F::cast_from(acc / l);
+    if d == 0 {
+        lse[row] = F::cast_from(m + C::ln(l));
+    }
+}
+
+/// Launches [`combine_splits_kernel`] over the `[batch, n_heads, seq_q, d_v]` output.
+fn combine_splits(
+    partial: &CubeTensor,
+    partial_lse: &CubeTensor,
+    output: &CubeTensor,
+    lse: &CubeTensor,
+    splits: usize,
+    d_v: usize,
+    lowest: f32,
+) {
+    let client = output.client.clone();
+    let elements = output.shape().num_elements();
+    let rows = elements / d_v;
+    let cube_dim = CubeDim::new(&client, elements);
+    let cube_count = cubecl::calculate_cube_count_elemwise(&client, elements, cube_dim);
+    let u32_of = |v: usize, what: &str| {
+        u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
+    };
+    u32_of(elements * splits, "the split keys' partial outputs");
+    // SAFETY: units stop at the output's elements; `partial` is `[splits * rows, d_v]` and
+    // `partial_lse` `[splits * rows]` (allocated so by `launch`, written by the kernel for every
+    // row of every split), the output `[rows, d_v]` and `lse` `[rows]`; all contiguous.
+    unsafe {
+        combine_splits_kernel::launch_unchecked(
+            &client,
+            cube_count,
+            cube_dim,
+            partial.clone().into_tensor_arg(),
+            partial_lse.clone().into_tensor_arg(),
+            output.clone().into_tensor_arg(),
+            lse.clone().into_tensor_arg(),
+            u32_of(rows, "the output's rows"),
+            u32_of(d_v, "d_v"),
+            u32_of(splits, "the key splits"),
+            lowest,
+            [
+                dtype_to_storage_type(output.dtype),
+                dtype_to_storage_type(DType::F32),
+            ],
+        );
+    }
 }
 
 /// The launch's run-time values ([`Scalars`]) for `sizes` and `args`, checked against the
@@ -582,6 +734,7 @@ struct ScalarValues {
     lowest: f32,
     flags: u32,
     key_tiles: u32,
+    splits: u32,
 }
 
 impl ScalarValues {
@@ -644,6 +797,7 @@ impl ScalarValues {
             lowest: dtype.finfo().map_or(f32::MIN, |f| f.min as f32),
             flags,
             key_tiles: u32_of(key_tiles, "the key tiles"),
+            splits: 1,
         }
     }
 
@@ -664,6 +818,7 @@ impl ScalarValues {
             self.lowest,
             self.flags,
             self.key_tiles,
+            self.splits,
         )
     }
 }

@@ -96,7 +96,10 @@ pub(super) fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
     let units = CUBE_DIM_X as usize;
     let units_per_head = rows / per_unit;
     let active = unit < group * units_per_head;
-    let r0 = CUBE_POS_X as usize * rows;
+    // With the keys split across cubes, `CUBE_POS_X` is `tile * splits + split`.
+    let splits = p.splits as usize;
+    let split = CUBE_POS_X as usize % splits;
+    let r0 = (CUBE_POS_X as usize / splits) * rows;
     // An idle unit stands in as the group's last head, past every row: it reads no query.
     let mut head = kv_head * group + group - 1;
     let mut i0 = seq_q;
@@ -109,7 +112,15 @@ pub(super) fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
         q, positions, segments, &p, b, head, i0, per_unit, d_head, d_v,
     );
     let (slope, table_base) = head_bias::<F, C>(bias, &p, head);
-    let (k_lo, k_hi) = key_range(&p, r0);
+    let (tile_lo, tile_hi) = key_range(&p, r0);
+    // This cube's share of the tile's keys: one of `splits` consecutive runs.
+    let mut span = 0usize;
+    if tile_hi > tile_lo {
+        span = tile_hi - tile_lo;
+    }
+    let chunk = (span + splits - 1) / splits;
+    let k_lo = min(tile_lo + split * chunk, tile_hi);
+    let k_hi = min(k_lo + chunk, tile_hi);
     let kv_base = (b * CUBE_COUNT_Y as usize + kv_head) * seq_k;
 
     let mut k_s = Shared::<[F]>::new_slice(comptime!(stage * d_head));
@@ -211,7 +222,10 @@ pub(super) fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
     }
 
     if active {
-        write_rows(output, lse, &rows, &p, b, head, i0, per_unit, d_v);
+        // Split keys: this split's normalized rows and log-sum-exp, at sequence
+        // `split * batch + b` of the `[splits * batch, ..]` partial outputs.
+        let at = split * CUBE_COUNT_Z as usize + b;
+        write_rows(output, lse, &rows, &p, at, head, i0, per_unit, d_v);
     }
 }
 
