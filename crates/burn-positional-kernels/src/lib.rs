@@ -48,6 +48,8 @@ mod cube;
 mod extension;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 mod host;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+mod host_io;
 mod options;
 mod reference;
 mod rope;

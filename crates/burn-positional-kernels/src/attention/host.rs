@@ -26,7 +26,7 @@ use rayon::prelude::*;
 
 use super::Sizes;
 use super::tile::{BiasKind, TileArgs};
-use crate::host::{HostTensors, Ints, assume_init, in_dtype, output_buffer};
+use crate::host_io::{HostTensors, Ints, assume_init, in_dtype, output_buffer};
 
 /// Keys per block: a block's scores (`group x rows x 64` floats) and its `64 x d_v` values stay
 /// in L1/L2 (flex's own flash kernel uses the same block).

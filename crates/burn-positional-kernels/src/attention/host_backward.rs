@@ -44,7 +44,7 @@ use super::Sizes;
 use super::Wanted;
 use super::host::{Inputs, KEY_BLOCK, Out, Relative, Row, exp_nonpositive, mask_and_bias, sum_of};
 use super::tile::{BiasKind, TileArgs};
-use crate::host::{HostTensors, assume_init, in_dtype, output_buffer};
+use crate::host_io::{HostTensors, assume_init, in_dtype, output_buffer};
 
 /// Query rows per tile of one head: a tile's scores and score gradients (`64 x 64` floats each)
 /// stay in L1/L2 with the key block.
@@ -184,7 +184,7 @@ pub(crate) fn backward(
             .grad
             .chunks(d_v.max(1))
             .zip(saved.output.chunks(d_v.max(1)));
-        if saved.grad.len() >= crate::host::PARALLEL_FROM {
+        if saved.grad.len() >= crate::host_io::PARALLEL_FROM {
             saved
                 .grad
                 .par_chunks(d_v.max(1))

@@ -10,7 +10,7 @@ use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::{RopeArgs, RotaryLayout, check_shapes};
-use crate::host::{HostTensors, PARALLEL_FROM, assume_init, in_dtype, output_buffer};
+use crate::host_io::{HostTensors, PARALLEL_FROM, assume_init, in_dtype, output_buffer};
 
 /// Rows handed to a rayon task at once (a head is 64 to 256 floats: one row is too little).
 const ROWS_PER_TASK: usize = 64;

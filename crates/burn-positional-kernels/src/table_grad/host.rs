@@ -10,7 +10,7 @@ use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::{GradDims, TableGradArgs, check};
-use crate::host::{HostTensors, Ints, PARALLEL_FROM, assume_init, in_dtype, output_buffer};
+use crate::host_io::{HostTensors, Ints, PARALLEL_FROM, assume_init, in_dtype, output_buffer};
 
 /// Tokens grouped by the row they update, in token order within each row: the tokens of row
 /// `r` are `tokens[starts[r]..starts[r + 1]]`.
