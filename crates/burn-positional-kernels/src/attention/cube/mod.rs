@@ -501,7 +501,12 @@ pub(crate) fn launch(
     let mut values = ScalarValues::new(&sizes, args, plan.rows, &positions, dtype, 0);
     let query_tiles = sizes.seq_q.div_ceil(plan.rows);
     let splits = match plan.stage {
-        Some(_) => key_splits(&sizes, query_tiles, args, &properties.hardware),
+        Some(_) => key_splits(
+            &sizes,
+            query_tiles,
+            args.key_splits,
+            properties.hardware.num_streaming_multiprocessors,
+        ),
         None => 1,
     };
     values.splits = splits as u32;
@@ -616,15 +621,13 @@ const MAX_SPLITS: usize = 32;
 fn key_splits(
     sizes: &super::Sizes,
     query_tiles: usize,
-    args: &TileArgs,
-    hardware: &cubecl::ir::HardwareProperties,
+    forced: Option<usize>,
+    multiprocessors: Option<u32>,
 ) -> usize {
-    if let Some(forced) = args.key_splits {
+    if let Some(forced) = forced {
         return forced.clamp(1, sizes.seq_k.max(1));
     }
-    let target = hardware
-        .num_streaming_multiprocessors
-        .map_or(TARGET_CUBES, |sm| 2 * sm as usize);
+    let target = multiprocessors.map_or(TARGET_CUBES, |sm| 2 * sm as usize);
     let grid = query_tiles * sizes.n_kv_heads * sizes.batch;
     target
         .div_ceil(grid.max(1))
@@ -839,4 +842,38 @@ fn storage_types(
         int_type(segments),
         int_type(padding),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::Sizes;
+
+    fn sizes(batch: usize, n_kv_heads: usize, seq_q: usize, seq_k: usize) -> Sizes {
+        Sizes {
+            batch,
+            n_heads: n_kv_heads,
+            n_kv_heads,
+            seq_q,
+            seq_k,
+            d_head: 32,
+            d_v: 32,
+        }
+    }
+
+    /// A decoding step (one query row over 4096 keys, 12 heads: 12 cubes) splits its keys 16
+    /// ways (256 keys each, the fewest a split walks); a long prefill fills the device alone.
+    #[test]
+    fn splits_follow_the_grid() {
+        assert_eq!(key_splits(&sizes(1, 12, 1, 4096), 1, None, None), 16);
+        assert_eq!(key_splits(&sizes(8, 12, 1, 4096), 1, None, None), 3);
+        // 2048 tokens, 8 heads, tiles of 256 rows: 64 cubes, each tile's keys split 4 ways.
+        assert_eq!(key_splits(&sizes(1, 8, 2048, 2048), 8, None, None), 4);
+        assert_eq!(key_splits(&sizes(1, 8, 8192, 8192), 32, None, None), 1);
+        // A device that says how many multiprocessors it has: two cubes each.
+        assert_eq!(key_splits(&sizes(1, 8, 2048, 2048), 8, None, Some(132)), 5);
+        // Short key runs are never split; a forced count is kept within the keys.
+        assert_eq!(key_splits(&sizes(1, 1, 1, 300), 1, None, None), 1);
+        assert_eq!(key_splits(&sizes(1, 1, 1, 2), 1, Some(3), None), 2);
+    }
 }
