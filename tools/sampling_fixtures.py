@@ -31,6 +31,7 @@ import torch
 import transformers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 from transformers.generation.logits_process import (
+    MinPLogitsWarper,
     RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
@@ -113,6 +114,14 @@ def main():
             TopPLogitsWarper(0.3, min_tokens_to_keep=4),
             {"kind": "top_p", "top_p": 0.3, "min_tokens_to_keep": 4},
         ),
+        "min_p_0.1": (MinPLogitsWarper(0.1), {"kind": "min_p", "min_p": 0.1, "min_tokens_to_keep": 1}),
+        # Row 1's three equal scores at 3.5 straddle the fifth place: torch's `topk` keeps one
+        # of them, not always the first.
+        "min_p_0.6_keep_5_ties": (
+            MinPLogitsWarper(0.6, min_tokens_to_keep=5),
+            {"kind": "min_p", "min_p": 0.6, "min_tokens_to_keep": 5},
+        ),
+        "min_p_0": (MinPLogitsWarper(0.0), {"kind": "min_p", "min_p": 0.0, "min_tokens_to_keep": 1}),
     }
 
     # The chains `generate` builds: `_get_logits_processor` of a tiny decoder-only model, on a
@@ -128,6 +137,9 @@ def main():
         "chain_hot_top_p": dict(do_sample=True, temperature=1.5, top_k=0, top_p=0.5),
         "chain_greedy_penalty": dict(do_sample=False, repetition_penalty=1.2, temperature=0.5, top_k=3),
         "chain_cold_top_k_ties": dict(do_sample=True, temperature=0.5, top_k=2, top_p=top_p_ties),
+        "chain_min_p": dict(do_sample=True, temperature=1.5, top_k=0, min_p=0.05),
+        "chain_all_min_p": dict(do_sample=True, temperature=0.7, top_k=10, top_p=0.9, min_p=0.2, repetition_penalty=1.3),
+        "chain_greedy_min_p": dict(do_sample=False, min_p=0.3),
     }
 
     tensors = {"logits": logits.contiguous(), "input_ids": ids.contiguous(), "attention_mask": mask.contiguous()}

@@ -59,6 +59,10 @@ struct Args {
     /// Keep the most likely tokens up to this probability mass when sampling (1: all).
     #[arg(long)]
     top_p: Option<f64>,
+    /// Drop the tokens less likely than this fraction of the most likely one when sampling
+    /// (min-p; default: the folder's, else off).
+    #[arg(long)]
+    min_p: Option<f64>,
     /// Penalise tokens already in the sequence (1: off).
     #[arg(long)]
     repetition_penalty: Option<f64>,
@@ -84,6 +88,7 @@ impl Args {
         s.temperature = self.temperature.unwrap_or(s.temperature);
         s.top_k = self.top_k.unwrap_or(s.top_k);
         s.top_p = self.top_p.unwrap_or(s.top_p);
+        s.min_p = self.min_p.or(s.min_p);
         s.repetition_penalty = self.repetition_penalty.unwrap_or(s.repetition_penalty);
         if let Some(n) = self.max_new_tokens {
             options = options.with_max_new_tokens(n);
@@ -144,10 +149,14 @@ fn run(args: Args) -> Result<(), String> {
         "{} (seed {}), eos {:?}",
         if options.sampling.do_sample {
             format!(
-                "sampling: temperature {}, top_k {}, top_p {}, repetition_penalty {}",
+                "sampling: temperature {}, top_k {}, top_p {}, min_p {}, repetition_penalty {}",
                 options.sampling.temperature,
                 options.sampling.top_k,
                 options.sampling.top_p,
+                options
+                    .sampling
+                    .min_p
+                    .map_or_else(|| "off".to_string(), |p| p.to_string()),
                 options.sampling.repetition_penalty
             )
         } else {

@@ -49,6 +49,8 @@ pub struct GenerationConfig {
     pub top_k: Option<i64>,
     /// `top_p` (default 1: off).
     pub top_p: Option<f64>,
+    /// `min_p` (default none: off).
+    pub min_p: Option<f64>,
     /// `repetition_penalty` (default 1: off).
     pub repetition_penalty: Option<f64>,
     /// `eos_token_id`: one id or a list (default none: no stop token).
@@ -174,6 +176,7 @@ impl GenerationConfig {
             temperature: self.temperature.unwrap_or(1.0),
             top_k: self.top_k.unwrap_or(50).max(0) as usize,
             top_p: self.top_p.unwrap_or(1.0),
+            min_p: self.min_p,
             repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
         }
     }
@@ -217,7 +220,7 @@ pub(crate) fn setting(
 }
 
 /// The ranges transformers' processors accept: `repetition_penalty > 0` always; when
-/// sampling, `temperature > 0`, `top_p` in `[0, 1]`.
+/// sampling, `temperature > 0`, `top_p` and `min_p` in `[0, 1]`.
 ///
 /// # Errors
 ///
@@ -255,6 +258,15 @@ pub(crate) fn check_sampling(sampling: &Sampling, source: &str) -> Result<(), Ge
             top_p,
             "[0, 1] (1 is off)",
             "use 1.0 to keep every token, or the probability mass to keep such as 0.9",
+        ));
+    }
+    if let Some(min_p) = sampling.min_p.filter(|p| !(0.0..=1.0).contains(p)) {
+        return Err(setting(
+            source,
+            "min_p",
+            min_p,
+            "[0, 1] (a fraction of the largest token's probability)",
+            "remove min_p to keep every token, or use a fraction such as 0.05 or 0.1",
         ));
     }
     Ok(())
@@ -323,6 +335,8 @@ mod tests {
         refused(r#"{"do_sample": true, "top_p": 1.5}"#, "top_p", "1.5");
         refused(r#"{"do_sample": true, "top_p": -0.1}"#, "top_p", "-0.1");
         refused(r#"{"do_sample": true, "top_k": -2}"#, "top_k", "-2");
+        refused(r#"{"do_sample": true, "min_p": 1.5}"#, "min_p", "1.5");
+        refused(r#"{"do_sample": true, "min_p": -0.1}"#, "min_p", "-0.1");
         refused(r#"{"repetition_penalty": 0.0}"#, "repetition_penalty", "0");
         refused(r#"{"max_new_tokens": 0}"#, "max_new_tokens", "0");
     }
@@ -330,7 +344,7 @@ mod tests {
     #[test]
     fn sampling_values_are_ignored_when_greedy() {
         // transformers only warns: the warpers are not built without do_sample.
-        parse(r#"{"temperature": 0.0, "top_p": 7, "top_k": -1}"#)
+        parse(r#"{"temperature": 0.0, "top_p": 7, "top_k": -1, "min_p": 3}"#)
             .check()
             .unwrap();
     }

@@ -10,6 +10,7 @@
 //! | [`temperature`] | `TemperatureLogitsWarper` |
 //! | [`top_k`] | `TopKLogitsWarper` |
 //! | [`top_p`] | `TopPLogitsWarper` |
+//! | [`min_p`] | `MinPLogitsWarper` |
 //! | [`Sampling::process`] | the list `GenerationMixin._get_logits_processor` builds |
 //!
 //! Removed tokens get [`FILTER_VALUE`] (`-inf`), as the warpers' default `filter_value`. The
@@ -134,6 +135,43 @@ pub fn top_p(row: &mut [f32], top_p: f64, min_tokens_to_keep: usize) {
     }
 }
 
+/// transformers' `MinPLogitsWarper` (Nguyen et al. 2024, "Turning Up the Heat: Min-p Sampling
+/// for Creative and Coherent LLM Outputs"): a token whose probability is below `min_p` times
+/// the largest probability is removed, except the `min_tokens_to_keep` largest. The cut scales
+/// with the model's confidence: a peaked row keeps few tokens, a flat one many. `min_p` 0
+/// removes nothing, 1 keeps only the tokens tied with the largest.
+///
+/// Probabilities in f64 (transformers: float32), so a probability within a rounding error of
+/// the cut may fall the other way; the kept largest are the first among equal scores, where
+/// torch's `topk` keeps any of them (the same number). A row of only `-inf` has NaN
+/// probabilities, which no comparison removes (as in torch).
+///
+/// # Panics
+///
+/// If `min_p` is outside `[0, 1]` or `min_tokens_to_keep` is 0 (transformers' `ValueError`s).
+pub fn min_p(row: &mut [f32], min_p: f64, min_tokens_to_keep: usize) {
+    assert!(
+        (0.0..=1.0).contains(&min_p) && min_tokens_to_keep > 0,
+        "min_p: must be in [0, 1] with min_tokens_to_keep at least 1, got {min_p} and \
+         {min_tokens_to_keep}"
+    );
+    let probs = softmax(row);
+    let top = probs.iter().fold(f64::NEG_INFINITY, |m, &p| m.max(p));
+    let cut = min_p * top;
+    let mut remove: Vec<bool> = probs.iter().map(|&p| p < cut).collect();
+    // The largest `min_tokens_to_keep` (the first among equals) stay.
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+    for &i in order.iter().take(min_tokens_to_keep.min(row.len())) {
+        remove[i] = false;
+    }
+    for (score, removed) in row.iter_mut().zip(remove) {
+        if removed {
+            *score = FILTER_VALUE;
+        }
+    }
+}
+
 /// `softmax(row)` in f64: `exp(s - max) / sum`, 0 at `-inf`. A row of only `-inf` gives NaN
 /// (as torch's softmax).
 pub fn softmax(row: &[f32]) -> Vec<f64> {
@@ -155,8 +193,8 @@ pub fn argmax(row: &[f32]) -> usize {
 }
 
 /// transformers' sampling settings (`GenerationConfig`'s `do_sample`, `temperature`, `top_k`,
-/// `top_p`, `repetition_penalty`), each with its neutral value when unset: greedy, 1.0, 0
-/// (none), 1.0, 1.0.
+/// `top_p`, `min_p`, `repetition_penalty`), each with its neutral value when unset: greedy,
+/// 1.0, 0 (none), 1.0, none, 1.0.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sampling {
     /// Draw from the warped distribution (`do_sample`); argmax when false.
@@ -167,6 +205,9 @@ pub struct Sampling {
     pub top_k: usize,
     /// `top_p`, applied when sampling and below 1.
     pub top_p: f64,
+    /// `min_p`, applied when sampling and set (0 included, as transformers builds the warper
+    /// whenever the value is not `None`).
+    pub min_p: Option<f64>,
     /// `repetition_penalty`, applied (greedy too) when not 1.
     pub repetition_penalty: f64,
 }
@@ -185,6 +226,7 @@ impl Sampling {
             temperature: 1.0,
             top_k: 0,
             top_p: 1.0,
+            min_p: None,
             repetition_penalty: 1.0,
         }
     }
@@ -206,7 +248,7 @@ impl Sampling {
 
     /// The processors `_get_logits_processor` builds for these settings, in its order, applied
     /// to `row` with `ids` the row's sequence so far: the repetition penalty, then, when
-    /// sampling, temperature, top-k and top-p (`min_tokens_to_keep` 1: one beam).
+    /// sampling, temperature, top-k, top-p and min-p (`min_tokens_to_keep` 1: one beam).
     ///
     /// # Panics
     ///
@@ -228,6 +270,9 @@ impl Sampling {
         }
         if self.top_p < 1.0 {
             top_p(row, self.top_p, 1);
+        }
+        if let Some(p) = self.min_p {
+            min_p(row, p, 1);
         }
     }
 }
@@ -339,6 +384,26 @@ mod tests {
         let mut row = vec![0.0f32; 4];
         top_p(&mut row, 0.6, 1);
         assert_eq!(row, vec![NEG, 0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn min_p_scales_the_cut_with_the_largest_probability() {
+        // Probabilities 0.5, 0.3, 0.15, 0.05 (as logs): min_p 0.2 cuts below 0.1.
+        let logs = [0.5f32, 0.3, 0.15, 0.05].map(f32::ln);
+        let mut row = logs.to_vec();
+        min_p(&mut row, 0.2, 1);
+        assert_eq!(row, vec![logs[0], logs[1], logs[2], NEG]);
+        // min_p 0.7 cuts below 0.35: only the top token; with min_tokens_to_keep 3, three.
+        let mut row = logs.to_vec();
+        min_p(&mut row, 0.7, 1);
+        assert_eq!(row, vec![logs[0], NEG, NEG, NEG]);
+        let mut row = logs.to_vec();
+        min_p(&mut row, 0.7, 3);
+        assert_eq!(row, vec![logs[0], logs[1], logs[2], NEG]);
+        // min_p 0 removes nothing.
+        let mut row = logs.to_vec();
+        min_p(&mut row, 0.0, 1);
+        assert_eq!(row, logs.to_vec());
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Sampling against transformers: the processors and warpers of `crate::sampling` on rows of
 //! logits, and the chains a `GenerationConfig` builds. The expected scores and probabilities
 //! were computed by transformers 5.24's own `RepetitionPenaltyLogitsProcessor`,
-//! `TemperatureLogitsWarper`, `TopKLogitsWarper`, `TopPLogitsWarper` and
+//! `TemperatureLogitsWarper`, `TopKLogitsWarper`, `TopPLogitsWarper`, `MinPLogitsWarper` and
 //! `GenerationMixin._get_logits_processor` (`tools/sampling_fixtures.py`, written to
 //! `tests/fixtures/sampling/`). Host code only: no device.
 
 use burn_positional_models::GenerationConfig;
-use burn_positional_models::sampling::{repetition_penalty, softmax, temperature, top_k, top_p};
+use burn_positional_models::sampling::{
+    min_p, repetition_penalty, softmax, temperature, top_k, top_p,
+};
 
 use crate::fixture::Fixture;
 
@@ -34,6 +36,7 @@ fn apply(case: &serde_json::Value, scores: &mut [f32], ids: &[i64], padding: usi
         "temperature" => temperature(scores, f("temperature") as f32),
         "top_k" => top_k(scores, n("top_k"), n("min_tokens_to_keep")),
         "top_p" => top_p(scores, f("top_p"), n("min_tokens_to_keep")),
+        "min_p" => min_p(scores, f("min_p"), n("min_tokens_to_keep")),
         "chain" => {
             // transformers' `_get_logits_processor` skips the left padding of
             // the repetition penalty (`prompt_ignore_length`).
@@ -66,10 +69,12 @@ fn processors_match_transformers() {
             apply(case, &mut scores, &ids[row], padding[row]);
             let probs = softmax(&scores);
             let theirs = &expected_scores[row];
-            // Ties straddling top-p's threshold: torch sorts with an unstable sort (libstdc++'s
-            // introsort on the CPU), ours is stable, so which of several equal scores are
-            // removed differs; how many does not. Compared per set of equal input scores.
-            let groups: Vec<Vec<usize>> = if name == "top_p_ties" {
+            // Ties straddling top-p's threshold or min-p's kept tokens: torch sorts with an
+            // unstable sort (libstdc++'s introsort on the CPU) and its `topk` keeps any of equal
+            // scores, ours keeps the first, so which of several equal scores are removed
+            // differs; how many does not. Compared per set of equal input scores.
+            let tied = name == "top_p_ties" || name == "min_p_0.6_keep_5_ties";
+            let groups: Vec<Vec<usize>> = if tied {
                 let mut values: Vec<f64> = input.clone();
                 values.sort_by(f64::total_cmp);
                 values.dedup();
@@ -111,7 +116,7 @@ fn processors_match_transformers() {
 
 /// The fixture's chains are the ones transformers built: the processor list it recorded for
 /// each `GenerationConfig` is the one `Sampling::process` documents (penalty, temperature,
-/// top-k, top-p; each skipped at its neutral value, the warpers without `do_sample`).
+/// top-k, top-p, min-p; each skipped at its neutral value, the warpers without `do_sample`).
 #[test]
 fn chains_follow_transformers_order_and_skips() {
     let fx = Fixture::open("sampling");
@@ -133,6 +138,9 @@ fn chains_follow_transformers_order_and_skips() {
         }
         if s.do_sample && s.top_p < 1.0 {
             ours.push("TopPLogitsWarper");
+        }
+        if s.do_sample && s.min_p.is_some() {
+            ours.push("MinPLogitsWarper");
         }
         let theirs: Vec<&str> = case["processors"]
             .as_array()
