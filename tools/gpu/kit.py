@@ -280,7 +280,9 @@ class Kit:
         quick = self.args.quick
         short, target, long_, memory = (512, 1024, 2048, 4096) if quick else (2048, 8192, 32768, 131072)
         schemes = ["8 kv heads", "8 kv heads, alibi", "8 kv heads, t5"]
-        variants = ["registers", "shared"]
+        # The GPU's own variant first (its forward, backward and split keys are the targets'),
+        # the register one (lavapipe's) after it, for comparison, while the budget lasts.
+        variants = ["shared", "registers"]
         cases = []  # (dtype, scheme, seq, direction, variant, reps): most wanted first
         for seq in (target, short):
             for direction in ("forward", "backward"):
