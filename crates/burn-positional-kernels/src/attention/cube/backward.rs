@@ -33,9 +33,12 @@ use burn::tensor::{DType, Shape};
 use burn_cubecl::{kernel::into_contiguous, ops::numeric::empty_device_dtype, tensor::CubeTensor};
 use cubecl::prelude::*;
 
+use super::backward_units::{
+    cap_slope, probability, query_range, start_keys, start_queries, write_keys, write_queries,
+};
 use super::{
-    ALIBI, BIAS_GRAD, CAPPED, CAUSAL, EXPLICIT, ScalarValues, Scalars, UNSEEN, WINDOW, final_score,
-    head_bias, key_place, key_range, query_place, storage_types,
+    ALIBI, BIAS_GRAD, ScalarValues, Scalars, final_score, head_bias, key_place, key_range,
+    query_place, storage_types,
 };
 use crate::attention::tile::BiasKind;
 use crate::attention::variant::{FlashVariant, count_backward_launch, resolve};
@@ -84,51 +87,6 @@ pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numer
     }
 }
 
-/// `p = exp(x - lse)` of a final score `x`, 0 where it is hidden.
-#[cube]
-pub(super) fn probability<C: Float>(x: C, lse: C) -> C {
-    let mut w = C::new(0.0);
-    if x > C::new(UNSEEN) {
-        w = C::exp(x - lse);
-    }
-    w
-}
-
-/// `1 - tanh(raw / c)^2` under a softcap, else 1: the slope of `c tanh(x / c)` at `raw`.
-#[cube]
-pub(super) fn cap_slope<C: Float>(raw: C, p: &Scalars) -> C {
-    let mut slope = C::new(1.0);
-    if (p.flags & CAPPED) != 0 {
-        let t = C::tanh(raw / C::cast_from(p.softcap));
-        slope = C::new(1.0) - t * t;
-    }
-    slope
-}
-
-/// The query rows that can see some key of `j0..j1` (sequential positions: the causal mask and
-/// the window prune them; explicit ones: all).
-#[cube]
-pub(super) fn query_range(p: &Scalars, j0: usize, j1: usize) -> (usize, usize) {
-    let mut lo = 0i32;
-    let mut hi = p.seq_q as i32;
-    if (p.flags & EXPLICIT) == 0 {
-        let first = p.key_offset + j0 as i32 - p.query_offset;
-        let last = p.key_offset + j1 as i32 - 1 - p.query_offset;
-        let causal = (p.flags & CAUSAL) != 0;
-        if causal {
-            lo = max(lo, first);
-        }
-        if (p.flags & WINDOW) != 0 {
-            hi = min(hi, last + p.before + 1);
-            if !causal {
-                lo = max(lo, first - p.after);
-            }
-        }
-    }
-    let lo = max(lo, 0);
-    (lo as usize, max(hi, lo) as usize)
-}
-
 /// A cube of keys: unit `u` holds keys `j0 = (CUBE_POS_X * CUBE_DIM_X + u) * per_unit ..` of
 /// key/value head `CUBE_POS_Y` of sequence `CUBE_POS_Z`, and writes their dK and dV rows.
 #[cube]
@@ -158,40 +116,9 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     let j0 = (CUBE_POS_X as usize * CUBE_DIM_X as usize + UNIT_POS_X as usize) * per_unit;
     let kv_base = (b * CUBE_COUNT_Y as usize + kv_head) * seq_k;
 
-    let mut keys = Array::<C>::new(comptime!(per_unit * d_head));
-    let mut values = Array::<C>::new(comptime!(per_unit * d_v));
-    let mut dks = Array::<C>::new(comptime!(per_unit * d_head));
-    let mut dvs = Array::<C>::new(comptime!(per_unit * d_v));
-    let mut key_pos = Array::<i32>::new(per_unit);
-    let mut key_seen = Array::<u32>::new(per_unit);
-    let mut key_seg = Array::<i32>::new(per_unit);
-    #[unroll]
-    for t in 0..per_unit {
-        let j = j0 + t;
-        let in_range = j < seq_k;
-        #[unroll]
-        for d in 0..d_head {
-            let mut x = C::new(0.0);
-            if in_range {
-                x = C::cast_from(k[(kv_base + j) * d_head + d]);
-            }
-            keys[t * d_head + d] = x;
-            dks[t * d_head + d] = C::new(0.0);
-        }
-        #[unroll]
-        for d in 0..d_v {
-            let mut x = C::new(0.0);
-            if in_range {
-                x = C::cast_from(v[(kv_base + j) * d_v + d]);
-            }
-            values[t * d_v + d] = x;
-            dvs[t * d_v + d] = C::new(0.0);
-        }
-        let (position, seen, segment) = key_place(positions, segments, padding, p, b, j, in_range);
-        key_pos[t] = position;
-        key_seen[t] = u32::cast_from(seen);
-        key_seg[t] = segment;
-    }
+    let mut keys = start_keys::<F, C, I, J, P>(
+        k, v, padding, positions, segments, p, b, kv_base, j0, per_unit, d_head, d_v,
+    );
 
     let mut qs = Array::<C>::new(d_head);
     let mut gs = Array::<C>::new(d_v);
@@ -218,14 +145,14 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                     let mut raw = C::new(0.0);
                     #[unroll]
                     for d in 0..d_head {
-                        raw += qs[d] * keys[t * d_head + d];
+                        raw += qs[d] * keys.keys[t * d_head + d];
                     }
                     let x = final_score::<F, C>(
                         raw,
-                        key_pos[t] - position,
-                        key_seen[t] == 1,
+                        keys.position[t] - position,
+                        keys.seen[t] == 1,
                         segment,
-                        key_seg[t],
+                        keys.segment[t],
                         bias,
                         slope,
                         table_base,
@@ -236,13 +163,13 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                         let mut dp = C::new(0.0);
                         #[unroll]
                         for d in 0..d_v {
-                            dp += gs[d] * values[t * d_v + d];
-                            dvs[t * d_v + d] += w * gs[d];
+                            dp += gs[d] * keys.values[t * d_v + d];
+                            keys.dv[t * d_v + d] += w * gs[d];
                         }
                         let ds = w * (dp - row_delta) * cap_slope::<C>(raw, p);
                         #[unroll]
                         for d in 0..d_head {
-                            dks[t * d_head + d] += ds * qs[d];
+                            keys.dk[t * d_head + d] += ds * qs[d];
                         }
                     }
                 }
@@ -250,20 +177,19 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
         }
     }
 
-    #[unroll]
-    for t in 0..per_unit {
-        let j = j0 + t;
-        if j < seq_k {
-            #[unroll]
-            for d in 0..d_head {
-                dk[(kv_base + j) * d_head + d] = F::cast_from(dks[t * d_head + d]);
-            }
-            #[unroll]
-            for d in 0..d_v {
-                dv[(kv_base + j) * d_v + d] = F::cast_from(dvs[t * d_v + d]);
-            }
-        }
-    }
+    // dK accumulated from the scaled queries already.
+    write_keys::<F, C>(
+        dk,
+        dv,
+        &keys,
+        p,
+        kv_base,
+        j0,
+        C::new(1.0),
+        per_unit,
+        d_head,
+        d_v,
+    );
 }
 
 /// A cube of query rows, laid out as the forward's tile `CUBE_POS_X - key_tiles`: unit `u`
@@ -304,47 +230,9 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     let i0 = r0 + (unit % units_per_head) * per_unit;
     let kv_base = (b * CUBE_COUNT_Y as usize + kv_head) * seq_k;
 
-    let mut qs = Array::<C>::new(comptime!(per_unit * d_head));
-    let mut gs = Array::<C>::new(comptime!(per_unit * d_v));
-    let mut dqs = Array::<C>::new(comptime!(per_unit * d_head));
-    let mut deltas = Array::<C>::new(per_unit);
-    let mut lses = Array::<C>::new(per_unit);
-    let mut row_pos = Array::<i32>::new(per_unit);
-    let mut row_seg = Array::<i32>::new(per_unit);
-    #[unroll]
-    for t in 0..per_unit {
-        let i = i0 + t;
-        let in_range = i < seq_q;
-        let row = (b * p.n_heads as usize + head) * seq_q + i;
-        #[unroll]
-        for d in 0..d_head {
-            let mut x = C::new(0.0);
-            if in_range {
-                x = C::cast_from(q[row * d_head + d]) * C::cast_from(p.scale);
-            }
-            qs[t * d_head + d] = x;
-            dqs[t * d_head + d] = C::new(0.0);
-        }
-        #[unroll]
-        for d in 0..d_v {
-            let mut x = C::new(0.0);
-            if in_range {
-                x = C::cast_from(grad[row * d_v + d]);
-            }
-            gs[t * d_v + d] = x;
-        }
-        let mut row_delta = C::new(0.0);
-        let mut row_lse = C::new(0.0);
-        if in_range {
-            row_delta = delta[row];
-            row_lse = C::cast_from(lse[row]);
-        }
-        deltas[t] = row_delta;
-        lses[t] = row_lse;
-        let (position, segment) = query_place(positions, segments, p, b, i);
-        row_pos[t] = position;
-        row_seg[t] = segment;
-    }
+    let mut mine = start_queries::<F, C, I, J>(
+        q, grad, delta, lse, positions, segments, p, b, head, i0, per_unit, d_head, d_v,
+    );
     let (slope, table_base) = head_bias::<F, C>(bias, p, head);
     // The unit's bias gradient, when wanted: one slope (ALiBi) or one entry per clamped
     // distance (`2 reach + 1` of the `bias_slots`).
@@ -374,28 +262,28 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                 let mut raw = C::new(0.0);
                 #[unroll]
                 for d in 0..d_head {
-                    raw += qs[t * d_head + d] * ks[d];
+                    raw += mine.q[t * d_head + d] * ks[d];
                 }
-                let rel = key_position - row_pos[t];
+                let rel = key_position - mine.position[t];
                 let x = final_score::<F, C>(
                     raw,
                     rel,
                     seen && i0 + t < seq_q,
-                    row_seg[t],
+                    mine.segment[t],
                     key_segment,
                     bias,
                     slope,
                     table_base,
                     p,
                 );
-                let w = probability::<C>(x, lses[t]);
+                let w = probability::<C>(x, mine.lse[t]);
                 if w != C::new(0.0) {
                     let mut dp = C::new(0.0);
                     #[unroll]
                     for d in 0..d_v {
-                        dp += gs[t * d_v + d] * vs[d];
+                        dp += mine.grad[t * d_v + d] * vs[d];
                     }
-                    let ds = w * (dp - deltas[t]);
+                    let ds = w * (dp - mine.delta[t]);
                     if comptime!(bias_slots == 1) && wanted && (p.flags & ALIBI) != 0 {
                         let mut distance = rel;
                         if rel < 0 {
@@ -410,37 +298,28 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                     let ds = ds * cap_slope::<C>(raw, p);
                     #[unroll]
                     for d in 0..d_head {
-                        dqs[t * d_head + d] += ds * ks[d];
+                        mine.dq[t * d_head + d] += ds * ks[d];
                     }
                 }
             }
         }
     }
 
-    #[unroll]
-    for t in 0..per_unit {
-        let i = i0 + t;
-        if i < seq_q {
-            let row = (b * p.n_heads as usize + head) * seq_q + i;
-            #[unroll]
-            for d in 0..d_head {
-                dq[row * d_head + d] = F::cast_from(dqs[t * d_head + d] * C::cast_from(p.scale));
-            }
-        }
-    }
-    // Nothing (no gradient wanted), one slope, or the table's `2 reach + 1` entries.
-    let mut width = 0;
-    if wanted {
-        width = 1;
-        if comptime!(bias_slots > 1) {
-            width = 2 * p.reach as usize + 1;
-        }
-    }
-    let slots = CUBE_COUNT_X as usize - p.key_tiles as usize;
-    let base = ((b * p.n_heads as usize + head) * slots * units_per_head + slot) * width;
-    for e in 0..width {
-        dbias[base + e] = dbs[e];
-    }
+    write_queries::<F, C>(
+        dq,
+        dbias,
+        &mine,
+        &dbs,
+        p,
+        b,
+        head,
+        i0,
+        slot,
+        units_per_head,
+        per_unit,
+        d_head,
+        bias_slots,
+    );
 }
 
 /// Rows (or keys) per unit for the backward: fewer than the forward's, as a unit keeps its rows'

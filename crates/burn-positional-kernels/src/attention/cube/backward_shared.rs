@@ -30,7 +30,9 @@
 use cubecl::ir::HardwareProperties;
 use cubecl::prelude::*;
 
-use super::backward::{cap_slope, probability, query_range};
+use super::backward_units::{
+    cap_slope, probability, query_range, start_keys, start_queries, write_keys, write_queries,
+};
 use super::{
     ALIBI, BIAS_GRAD, Plan, Scalars, final_score, head_bias, key_place, key_range, query_place,
 };
@@ -120,44 +122,9 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     let kv_base = (b * CUBE_COUNT_Y as usize + kv_head) * seq_k;
     let scale = C::cast_from(p.scale);
 
-    let mut keys = Array::<C>::new(comptime!(per_unit * d_head));
-    let mut values = Array::<C>::new(comptime!(per_unit * d_v));
-    let mut dks = Array::<C>::new(comptime!(per_unit * d_head));
-    let mut dvs = Array::<C>::new(comptime!(per_unit * d_v));
-    let mut key_pos = Array::<i32>::new(per_unit);
-    let mut key_seen = Array::<u32>::new(per_unit);
-    let mut key_seg = Array::<i32>::new(per_unit);
-    #[unroll]
-    for t in 0..per_unit {
-        let j = j0 + t;
-        let in_range = j < seq_k;
-        #[unroll]
-        for d in 0..d_head {
-            let mut x = C::new(0.0);
-            if in_range {
-                x = C::cast_from(k[(kv_base + j) * d_head + d]);
-            }
-            keys[t * d_head + d] = x;
-            dks[t * d_head + d] = C::new(0.0);
-        }
-        #[unroll]
-        for d in 0..d_v {
-            let mut x = C::new(0.0);
-            if in_range {
-                x = C::cast_from(v[(kv_base + j) * d_v + d]);
-            }
-            values[t * d_v + d] = x;
-            dvs[t * d_v + d] = C::new(0.0);
-        }
-        let (position, seen, segment) = key_place(positions, segments, padding, p, b, j, in_range);
-        key_pos[t] = position;
-        let mut seen_bit = 0u32;
-        if seen {
-            seen_bit = 1u32;
-        }
-        key_seen[t] = seen_bit;
-        key_seg[t] = segment;
-    }
+    let mut keys = start_keys::<F, C, I, J, P>(
+        k, v, padding, positions, segments, p, b, kv_base, j0, per_unit, d_head, d_v,
+    );
 
     let mut q_s = Shared::<[F]>::new_slice(comptime!(stage * d_head));
     let mut g_s = Shared::<[F]>::new_slice(comptime!(stage * d_v));
@@ -229,15 +196,15 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                         let mut raw = C::new(0.0);
                         #[unroll]
                         for d in 0..d_head {
-                            raw += C::cast_from(q_s[c * d_head + d]) * keys[t * d_head + d];
+                            raw += C::cast_from(q_s[c * d_head + d]) * keys.keys[t * d_head + d];
                         }
                         let raw = raw * scale;
                         let x = final_score::<F, C>(
                             raw,
-                            key_pos[t] - position,
-                            key_seen[t] == 1,
+                            keys.position[t] - position,
+                            keys.seen[t] == 1,
                             segment,
-                            key_seg[t],
+                            keys.segment[t],
                             bias,
                             slope,
                             table_base,
@@ -249,13 +216,13 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                             #[unroll]
                             for d in 0..d_v {
                                 let gd = C::cast_from(g_s[c * d_v + d]);
-                                dp += gd * values[t * d_v + d];
-                                dvs[t * d_v + d] += w * gd;
+                                dp += gd * keys.values[t * d_v + d];
+                                keys.dv[t * d_v + d] += w * gd;
                             }
                             let ds = w * (dp - row_delta) * cap_slope::<C>(raw, p);
                             #[unroll]
                             for d in 0..d_head {
-                                dks[t * d_head + d] += ds * C::cast_from(q_s[c * d_head + d]);
+                                keys.dk[t * d_head + d] += ds * C::cast_from(q_s[c * d_head + d]);
                             }
                         }
                     }
@@ -267,20 +234,8 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
         }
     }
 
-    #[unroll]
-    for t in 0..per_unit {
-        let j = j0 + t;
-        if j < seq_k {
-            #[unroll]
-            for d in 0..d_head {
-                dk[(kv_base + j) * d_head + d] = F::cast_from(dks[t * d_head + d] * scale);
-            }
-            #[unroll]
-            for d in 0..d_v {
-                dv[(kv_base + j) * d_v + d] = F::cast_from(dvs[t * d_v + d]);
-            }
-        }
-    }
+    // dK accumulated from the unscaled staged queries: scaled once here.
+    write_keys::<F, C>(dk, dv, &keys, p, kv_base, j0, scale, per_unit, d_head, d_v);
 }
 
 /// A cube of query rows, laid out as the forward's shared tile `CUBE_POS_X - key_tiles`: unit
@@ -330,47 +285,9 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     }
     let kv_base = (b * CUBE_COUNT_Y as usize + kv_head) * seq_k;
 
-    let mut qs = Array::<C>::new(comptime!(per_unit * d_head));
-    let mut gs = Array::<C>::new(comptime!(per_unit * d_v));
-    let mut dqs = Array::<C>::new(comptime!(per_unit * d_head));
-    let mut deltas = Array::<C>::new(per_unit);
-    let mut lses = Array::<C>::new(per_unit);
-    let mut row_pos = Array::<i32>::new(per_unit);
-    let mut row_seg = Array::<i32>::new(per_unit);
-    #[unroll]
-    for t in 0..per_unit {
-        let i = i0 + t;
-        let in_range = i < seq_q;
-        let row = (b * p.n_heads as usize + head) * seq_q + i;
-        #[unroll]
-        for d in 0..d_head {
-            let mut x = C::new(0.0);
-            if in_range {
-                x = C::cast_from(q[row * d_head + d]) * C::cast_from(p.scale);
-            }
-            qs[t * d_head + d] = x;
-            dqs[t * d_head + d] = C::new(0.0);
-        }
-        #[unroll]
-        for d in 0..d_v {
-            let mut x = C::new(0.0);
-            if in_range {
-                x = C::cast_from(grad[row * d_v + d]);
-            }
-            gs[t * d_v + d] = x;
-        }
-        let mut row_delta = C::new(0.0);
-        let mut row_lse = C::new(0.0);
-        if in_range {
-            row_delta = delta[row];
-            row_lse = C::cast_from(lse[row]);
-        }
-        deltas[t] = row_delta;
-        lses[t] = row_lse;
-        let (position, segment) = query_place(positions, segments, p, b, i);
-        row_pos[t] = position;
-        row_seg[t] = segment;
-    }
+    let mut mine = start_queries::<F, C, I, J>(
+        q, grad, delta, lse, positions, segments, p, b, head, i0, per_unit, d_head, d_v,
+    );
     let (slope, table_base) = head_bias::<F, C>(bias, p, head);
     let wanted = (p.flags & BIAS_GRAD) != 0;
     let mut dbs = Array::<C>::new(bias_slots);
@@ -431,28 +348,28 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                     let mut raw = C::new(0.0);
                     #[unroll]
                     for d in 0..d_head {
-                        raw += qs[t * d_head + d] * C::cast_from(k_s[c * d_head + d]);
+                        raw += mine.q[t * d_head + d] * C::cast_from(k_s[c * d_head + d]);
                     }
-                    let rel = key_position - row_pos[t];
+                    let rel = key_position - mine.position[t];
                     let x = final_score::<F, C>(
                         raw,
                         rel,
                         seen && i0 + t < seq_q,
-                        row_seg[t],
+                        mine.segment[t],
                         key_segment,
                         bias,
                         slope,
                         table_base,
                         p,
                     );
-                    let w = probability::<C>(x, lses[t]);
+                    let w = probability::<C>(x, mine.lse[t]);
                     if w != C::new(0.0) {
                         let mut dp = C::new(0.0);
                         #[unroll]
                         for d in 0..d_v {
-                            dp += gs[t * d_v + d] * C::cast_from(v_s[c * d_v + d]);
+                            dp += mine.grad[t * d_v + d] * C::cast_from(v_s[c * d_v + d]);
                         }
-                        let ds = w * (dp - deltas[t]);
+                        let ds = w * (dp - mine.delta[t]);
                         if comptime!(bias_slots == 1) && wanted && (p.flags & ALIBI) != 0 {
                             let mut distance = rel;
                             if rel < 0 {
@@ -467,7 +384,7 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                         let ds = ds * cap_slope::<C>(raw, p);
                         #[unroll]
                         for d in 0..d_head {
-                            dqs[t * d_head + d] += ds * C::cast_from(k_s[c * d_head + d]);
+                            mine.dq[t * d_head + d] += ds * C::cast_from(k_s[c * d_head + d]);
                         }
                     }
                 }
@@ -479,31 +396,21 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     }
 
     if active {
-        #[unroll]
-        for t in 0..per_unit {
-            let i = i0 + t;
-            if i < seq_q {
-                let row = (b * p.n_heads as usize + head) * seq_q + i;
-                #[unroll]
-                for d in 0..d_head {
-                    dq[row * d_head + d] =
-                        F::cast_from(dqs[t * d_head + d] * C::cast_from(p.scale));
-                }
-            }
-        }
-        // Nothing (no gradient wanted), one slope, or the table's `2 reach + 1` entries.
-        let mut width = 0;
-        if wanted {
-            width = 1;
-            if comptime!(bias_slots > 1) {
-                width = 2 * p.reach as usize + 1;
-            }
-        }
-        let slots = CUBE_COUNT_X as usize - p.key_tiles as usize;
-        let base = ((b * p.n_heads as usize + head) * slots * units_per_head + slot) * width;
-        for e in 0..width {
-            dbias[base + e] = dbs[e];
-        }
+        write_queries::<F, C>(
+            dq,
+            dbias,
+            &mine,
+            &dbs,
+            p,
+            b,
+            head,
+            i0,
+            slot,
+            units_per_head,
+            per_unit,
+            d_head,
+            bias_slots,
+        );
     }
 }
 
