@@ -37,25 +37,33 @@ use super::{GradDims, TableGradArgs, check};
 /// Units of the scan's single cube.
 const SCAN_UNITS: usize = 256;
 
+/// What every token kernel knows of the launch: how many tokens, how the index is laid out,
+/// the table's rows and the skipped one.
+#[derive(CubeType, CubeLaunch, Clone)]
+struct Tokens {
+    /// `batch * seq`: the units that do something.
+    count: u32,
+    seq: u32,
+    /// `seq` for a `[batch, seq]` index, 0 for a `[1, seq]` one shared by the batch.
+    index_stride: u32,
+    /// Rows of the table; also the "no row" answer of [`row_of`].
+    rows: u32,
+    /// The skipped row (the padding id), or `rows` for none.
+    skip: u32,
+}
+
 /// The table row token `t` updates, or `rows` when it updates none (an index outside
 /// `0..rows`, compared in the index's own int type, or the skipped row).
 #[cube]
-fn row_of<I: Int>(
-    index: &Tensor<I>,
-    t: usize,
-    seq: u32,
-    index_stride: u32,
-    rows: u32,
-    skip: u32,
-) -> u32 {
-    let seq = seq as usize;
+fn row_of<I: Int>(index: &Tensor<I>, t: usize, at: &Tokens) -> u32 {
+    let seq = at.seq as usize;
     let s = t % seq;
     let b = t / seq;
-    let v = index[b * (index_stride as usize) + s];
-    let mut row = rows;
-    if v >= I::cast_from(0u32) && v < I::cast_from(rows) {
+    let v = index[b * (at.index_stride as usize) + s];
+    let mut row = at.rows;
+    if v >= I::cast_from(0u32) && v < I::cast_from(at.rows) {
         let r = u32::cast_from(v);
-        if r != skip {
+        if r != at.skip {
             row = r;
         }
     }
@@ -67,18 +75,14 @@ fn row_of<I: Int>(
 fn count_kernel<I: Int>(
     index: &Tensor<I>,
     counts: &mut Tensor<Atomic<u32>>,
-    tokens: u32,
-    seq: u32,
-    index_stride: u32,
-    rows: u32,
-    skip: u32,
+    at: Tokens,
     #[define(I)] _dtype: ElemType,
 ) {
-    if ABSOLUTE_POS >= tokens as usize {
+    if ABSOLUTE_POS >= at.count as usize {
         terminate!();
     }
-    let row = row_of::<I>(index, ABSOLUTE_POS, seq, index_stride, rows, skip);
-    if row < rows {
+    let row = row_of::<I>(index, ABSOLUTE_POS, &at);
+    if row < at.rows {
         counts[row as usize].fetch_add(1u32);
     }
 }
@@ -141,18 +145,14 @@ fn fill_kernel<I: Int>(
     starts: &Tensor<u32>,
     cursors: &mut Tensor<Atomic<u32>>,
     segments: &mut Tensor<u32>,
-    tokens: u32,
-    seq: u32,
-    index_stride: u32,
-    rows: u32,
-    skip: u32,
+    at: Tokens,
     #[define(I)] _dtype: ElemType,
 ) {
-    if ABSOLUTE_POS >= tokens as usize {
+    if ABSOLUTE_POS >= at.count as usize {
         terminate!();
     }
-    let row = row_of::<I>(index, ABSOLUTE_POS, seq, index_stride, rows, skip);
-    if row < rows {
+    let row = row_of::<I>(index, ABSOLUTE_POS, &at);
+    if row < at.rows {
         let slot = starts[row as usize] + cursors[row as usize].fetch_add(1u32);
         segments[slot as usize] = ABSOLUTE_POS as u32;
     }
@@ -166,18 +166,14 @@ fn order_kernel<I: Int>(
     starts: &Tensor<u32>,
     segments: &Tensor<u32>,
     sorted: &mut Tensor<u32>,
-    tokens: u32,
-    seq: u32,
-    index_stride: u32,
-    rows: u32,
-    skip: u32,
+    at: Tokens,
     #[define(I)] _dtype: ElemType,
 ) {
-    if ABSOLUTE_POS >= tokens as usize {
+    if ABSOLUTE_POS >= at.count as usize {
         terminate!();
     }
-    let row = row_of::<I>(index, ABSOLUTE_POS, seq, index_stride, rows, skip);
-    if row < rows {
+    let row = row_of::<I>(index, ABSOLUTE_POS, &at);
+    if row < at.rows {
         let t = ABSOLUTE_POS as u32;
         let begin = starts[row as usize];
         let end = starts[row as usize + 1];
@@ -284,19 +280,24 @@ pub(crate) fn launch(grad: CubeTensor, index: CubeTensor, args: &TableGradArgs) 
     let segments = buffer(n);
     let sorted = buffer(n);
 
-    let tokens = u32_of(n, "batch * seq");
     let seq_u32 = u32_of(seq, "seq");
-    let index_stride = if index_rows == 1 { 0 } else { seq_u32 };
     let rows_u32 = u32_of(rows, "rows");
-    // A skipped row outside the table is no skip: `rows` is the kernels' "no row".
-    let skip = args
-        .skip
-        .filter(|&s| s < rows)
-        .map_or(rows_u32, |s| s as u32);
+    let tokens = || {
+        TokensLaunch::new(
+            u32_of(n, "batch * seq"),
+            seq_u32,
+            if index_rows == 1 { 0 } else { seq_u32 },
+            rows_u32,
+            // A skipped row outside the table is no skip: `rows` is the kernels' "no row".
+            args.skip
+                .filter(|&s| s < rows)
+                .map_or(rows_u32, |s| s as u32),
+        )
+    };
     let token_dim = CubeDim::new(&client, n);
     let token_count = calculate_cube_count_elemwise(&client, n, token_dim);
 
-    // SAFETY: every tensor is contiguous; the token kernels stop at `tokens = batch * seq` units
+    // SAFETY: every tensor is contiguous; the token kernels stop at `count = batch * seq` units
     // and read the index at `[0 or b, s]` of a `[1 or batch, seq]` tensor; a row is formed only
     // from an index in `0..rows` (compared in the index's int type), so `counts`, `cursors` and
     // `starts` (`rows + 1` long) are read in range; a segment slot is `starts[row]` plus fewer
@@ -309,11 +310,7 @@ pub(crate) fn launch(grad: CubeTensor, index: CubeTensor, args: &TableGradArgs) 
             token_dim,
             index.clone().into_tensor_arg(),
             counts.clone().into_tensor_arg(),
-            tokens,
-            seq_u32,
-            index_stride,
-            rows_u32,
-            skip,
+            tokens(),
             int_dtype,
         );
         scan_kernel::launch_unchecked(
@@ -333,11 +330,7 @@ pub(crate) fn launch(grad: CubeTensor, index: CubeTensor, args: &TableGradArgs) 
             starts.clone().into_tensor_arg(),
             counts.clone().into_tensor_arg(),
             segments.clone().into_tensor_arg(),
-            tokens,
-            seq_u32,
-            index_stride,
-            rows_u32,
-            skip,
+            tokens(),
             int_dtype,
         );
         order_kernel::launch_unchecked(
@@ -348,11 +341,7 @@ pub(crate) fn launch(grad: CubeTensor, index: CubeTensor, args: &TableGradArgs) 
             starts.clone().into_tensor_arg(),
             segments.into_tensor_arg(),
             sorted.clone().into_tensor_arg(),
-            tokens,
-            seq_u32,
-            index_stride,
-            rows_u32,
-            skip,
+            tokens(),
             int_dtype,
         );
     }
