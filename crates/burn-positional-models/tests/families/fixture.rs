@@ -18,7 +18,7 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn open(name: &str) -> Self {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        let dir = crate::package_dir()
             .join("tests/fixtures")
             .join(name);
         let bytes = std::fs::read(dir.join("expected.safetensors"))

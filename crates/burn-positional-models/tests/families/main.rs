@@ -30,6 +30,16 @@ macro_rules! on_every_inference_device {
     };
 }
 
+/// The package's folder, where the fixtures are: `CARGO_MANIFEST_DIR` as `cargo test` sets it
+/// when it runs the binary (a binary built from another checkout in a shared target, or carried
+/// to the GPU machine, reads the files of the checkout it runs in); the folder it was built in
+/// when run by hand without it.
+pub fn package_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+}
+
 /// The layer's own device openers (wgpu fails loudly without an adapter), shared, not copied.
 #[path = "../../../burn-positional/tests/behaviour/devices.rs"]
 mod devices;

@@ -10,7 +10,7 @@ use burn_positional_models::{GenerateOptions, load_causal_lm, try_generate_strea
 use crate::fixture::Fixture;
 
 fn fixture() -> (Text, serde_json::Value) {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer");
+    let dir = crate::package_dir().join("tests/fixtures/tokenizer");
     let text = Text::from_file(dir.join("tokenizer.json")).unwrap();
     let expected =
         serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();

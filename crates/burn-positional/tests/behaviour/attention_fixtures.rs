@@ -38,19 +38,17 @@ const TILES: [Option<usize>; 2] = [Some(2), None];
 
 /// Every fixture, `(case, json)`, sorted by name.
 fn fixtures() -> Vec<(String, Value)> {
-    let dir = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/torch/attention/"
-    );
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|err| panic!("{dir}: {err}"))
+    let dir = crate::package_dir().join("tests/fixtures/torch/attention");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
         .collect();
     paths.sort();
     assert!(
         paths.len() >= 7,
-        "{dir}: fixtures missing (run tools/attention_fixtures.py)"
+        "{}: fixtures missing (run tools/attention_fixtures.py)",
+        dir.display()
     );
     paths
         .into_iter()

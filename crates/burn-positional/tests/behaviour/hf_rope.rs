@@ -17,8 +17,9 @@ use serde_json::Value;
 /// The committed fixtures, or those of the directory `HF_ROPE_FIXTURES` names (the script's
 /// `--random N --out DIR` writes many random configurations there: a wider check by hand).
 fn fixtures() -> Vec<(String, Value)> {
-    let committed = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf/rope");
-    let dir = std::env::var("HF_ROPE_FIXTURES").unwrap_or_else(|_| committed.to_string());
+    let committed = crate::package_dir().join("tests/fixtures/hf/rope");
+    let dir = std::env::var("HF_ROPE_FIXTURES")
+        .unwrap_or_else(|_| committed.to_string_lossy().into_owned());
     let dir = dir.as_str();
     let mut paths: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|err| panic!("{dir}: {err}"))

@@ -173,11 +173,9 @@ fn check_case(case: &Value, source: &str, device: &Device) -> Vec<String> {
 /// Every random config transformers accepts reads and rotates as transformers does; every one
 /// it refuses is refused.
 pub fn rope_matches_transformers_on_random_configs(device: &Device) {
-    let committed = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/hf/rope_fuzz/cases.json"
-    );
-    let path = std::env::var("HF_ROPE_FUZZ").unwrap_or_else(|_| committed.to_string());
+    let committed = crate::package_dir().join("tests/fixtures/hf/rope_fuzz/cases.json");
+    let path = std::env::var("HF_ROPE_FUZZ")
+        .unwrap_or_else(|_| committed.to_string_lossy().into_owned());
     let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{path}: {err}"));
     let fixture: Value = serde_json::from_str(&text).unwrap();
     let version = fixture["transformers"].as_str().unwrap();

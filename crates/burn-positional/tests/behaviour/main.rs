@@ -23,6 +23,16 @@ macro_rules! on_every_autodiff_device {
     };
 }
 
+/// The package's folder, where the fixtures are: `CARGO_MANIFEST_DIR` as `cargo test` sets it
+/// when it runs the binary (a binary built from another checkout in a shared target, or carried
+/// to the GPU machine, reads the files of the checkout it runs in); the folder it was built in
+/// when run by hand without it.
+pub fn package_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+}
+
 mod devices;
 
 /// Runs `f`, which must panic, and returns its message: what a `# Panics` section promises.

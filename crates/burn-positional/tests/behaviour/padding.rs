@@ -3,7 +3,6 @@
 //! row gets no gradient. Checked against PyTorch's own outputs and gradients
 //! (`tools/torch_padding_fixture.py`), on the fused path and on the reference twin.
 
-use std::path::Path;
 
 use burn::module::Param;
 use burn::prelude::*;
@@ -15,7 +14,7 @@ use burn_positional::{
 use serde_json::Value;
 
 fn fixture() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch/padding_idx.json");
+    let path = crate::package_dir().join("tests/fixtures/torch/padding_idx.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{path:?}: {err}"));
     serde_json::from_str(&text).unwrap()
 }

@@ -17,7 +17,7 @@ use burn_positional::{
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    crate::package_dir()
         .join("tests/fixtures/hf/pretrained")
         .join(name)
 }
