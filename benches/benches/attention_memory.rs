@@ -6,7 +6,8 @@
 //! pools keep every page they took until a cleanup, so after the step they hold the step's
 //! peak). Each case runs in a process of its own (this binary, re-invoked), so no case inherits
 //! another's allocations. Also the wall time of the same step (median of `REPS` more steps,
-//! default 3; `REPS=0` reports the measured step itself), synced inside the timed region.
+//! default 3; `REPS=0` reports the measured step itself), synced inside the timed region;
+//! `LAUNCHES=N` times groups of N steps queued with one sync (the GPU kit's way).
 //!
 //! A third table (`TABLE=kernel`) times the attention op alone: causal `attend` on q, k, v
 //! `[1, 8, seq, 32]` without a bias, with ALiBi's slopes and with a T5-style table by distance,
@@ -295,11 +296,34 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
+    // `LAUNCHES` steps per sync (default 1): each queued without the step's read, then one
+    // sync, the time divided by their number; the host's round trip to the device is then
+    // paid once per group, as in the PyTorch twin's timing (tools/gpu/torch_twin.py).
+    let launches: usize = std::env::var("LAUNCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1);
+    // Outputs (and gradients) are held until the sync: nothing queued is dropped unrun.
+    let queued = || {
+        let out = run();
+        if backward {
+            (None, Some(out.sum().backward()))
+        } else {
+            (Some(out), None)
+        }
+    };
     let mut times: Vec<f64> = (0..reps)
         .map(|_| {
             let start = Instant::now();
-            step();
-            start.elapsed().as_secs_f64() * 1e3
+            if launches == 1 {
+                step();
+            } else {
+                let held: Vec<_> = (0..launches).map(|_| queued()).collect();
+                device.sync().expect("the device syncs");
+                drop(held);
+            }
+            start.elapsed().as_secs_f64() * 1e3 / launches as f64
         })
         .collect();
     times.sort_by(f64::total_cmp);

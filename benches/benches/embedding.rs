@@ -19,7 +19,9 @@
 //!
 //! Forward plus backward (autodiff device, learned table) runs the same entries (no
 //! sinusoidal) with a copy floor that copies the output's size forward and back.
-//! Every timed closure ends with `device.sync()`, so queued GPU work is inside the timing.
+//! The device is synced inside the timed region (`iter_synced`: after every call, or every
+//! `BENCH_LAUNCHES_PER_SYNC` calls, which the GPU kit sets to 20), so queued GPU work is inside
+//! the timing.
 //! Throughput is the output's size in bytes.
 //!
 //! ```text
@@ -31,7 +33,7 @@ use burn::nn::{EmbeddingConfig, PositionalEncodingConfig};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn_positional::{EmbeddingWithPositionConfig, LearnedConfig, Positions};
-use burn_positional_benches::bench_devices;
+use burn_positional_benches::{bench_devices, iter_synced};
 use burn_positional_examples::device::DeviceChoice;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use std::time::Duration;
@@ -87,56 +89,43 @@ fn forward(c: &mut Criterion) {
 
             let sinusoidal = EmbeddingWithPositionConfig::new(vocab, d_model).init(&device);
             group.bench_function(id("fused_sinusoidal"), |b| {
-                b.iter(|| {
-                    let out = sinusoidal.forward(ids.clone());
-                    device.sync().unwrap();
-                    out
+                iter_synced(b, &device, || {
+                    sinusoidal.forward(ids.clone())
                 })
             });
             let learned = EmbeddingWithPositionConfig::new(vocab, d_model)
                 .with_scheme(LearnedConfig::new(seq).into())
                 .init(&device);
             group.bench_function(id("fused_learned"), |b| {
-                b.iter(|| {
-                    let out = learned.forward(ids.clone());
-                    device.sync().unwrap();
-                    out
+                iter_synced(b, &device, || {
+                    learned.forward(ids.clone())
                 })
             });
             group.bench_function(id("reference_learned"), |b| {
-                b.iter(|| {
-                    let out = learned
+                iter_synced(b, &device, || {
+                    learned
                         .try_forward_reference(ids.clone(), Positions::default())
-                        .unwrap();
-                    device.sync().unwrap();
-                    out
+                        .unwrap()
                 })
             });
             let embedding = EmbeddingConfig::new(vocab, d_model).init(&device);
             let positional = PositionalEncodingConfig::new(d_model).init(&device);
             group.bench_function(id("burn"), |b| {
-                b.iter(|| {
-                    let out = positional.forward(embedding.forward(ids.clone()));
-                    device.sync().unwrap();
-                    out
+                iter_synced(b, &device, || {
+                    positional.forward(embedding.forward(ids.clone()))
                 })
             });
             let table = Tensor::<2>::random([vocab, d_model], Distribution::Default, &device);
             let pe: Tensor<3> = learned_rows(&learned, seq);
             group.bench_function(id("two_op"), |b| {
-                b.iter(|| {
-                    let out =
-                        burn::tensor::module::embedding(table.clone(), ids.clone()) + pe.clone();
-                    device.sync().unwrap();
-                    out
+                iter_synced(b, &device, || {
+                    burn::tensor::module::embedding(table.clone(), ids.clone()) + pe.clone()
                 })
             });
             let output_sized = Tensor::<3>::ones([batch, seq, d_model], &device);
             group.bench_function(id("copy_floor"), |b| {
-                b.iter(|| {
-                    let out = output_sized.clone().neg();
-                    device.sync().unwrap();
-                    out
+                iter_synced(b, &device, || {
+                    output_sized.clone().neg()
                 })
             });
             if name != DeviceChoice::Wgpu {
@@ -183,19 +172,16 @@ fn queued_forward(c: &mut Criterion) {
         ] {
             let embed = config.init(&device);
             group.bench_function(id(&format!("forward_{scheme}")), |b| {
-                b.iter(|| {
-                    let outs: Vec<Tensor<3>> =
-                        (0..QUEUE).map(|_| embed.forward(ids.clone())).collect();
-                    device.sync().unwrap();
+                iter_synced(b, &device, || {
+                    let outs: Vec<Tensor<3>> = (0..QUEUE).map(|_| embed.forward(ids.clone())).collect();
                     outs
                 })
             });
             group.bench_function(id(&format!("try_forward_{scheme}")), |b| {
-                b.iter(|| {
+                iter_synced(b, &device, || {
                     let outs: Vec<Tensor<3>> = (0..QUEUE)
                         .map(|_| embed.try_forward(ids.clone()).unwrap())
                         .collect();
-                    device.sync().unwrap();
                     outs
                 })
             });
@@ -222,55 +208,45 @@ fn forward_backward(c: &mut Criterion) {
                 .with_scheme(LearnedConfig::new(seq).into())
                 .init(&device);
             group.bench_function(id("fused_learned"), |b| {
-                b.iter(|| {
-                    let grads = learned.forward(ids.clone()).sum().backward();
-                    device.sync().unwrap();
-                    grads
+                iter_synced(b, &device, || {
+                    learned.forward(ids.clone()).sum().backward()
                 })
             });
             group.bench_function(id("reference_learned"), |b| {
-                b.iter(|| {
-                    let grads = learned
+                iter_synced(b, &device, || {
+                    learned
                         .try_forward_reference(ids.clone(), Positions::default())
                         .unwrap()
                         .sum()
-                        .backward();
-                    device.sync().unwrap();
-                    grads
+                        .backward()
                 })
             });
             let embedding = EmbeddingConfig::new(vocab, d_model).init(&device);
             let positional = PositionalEncodingConfig::new(d_model).init(&device);
             group.bench_function(id("burn"), |b| {
-                b.iter(|| {
-                    let grads = positional
+                iter_synced(b, &device, || {
+                    positional
                         .forward(embedding.forward(ids.clone()))
                         .sum()
-                        .backward();
-                    device.sync().unwrap();
-                    grads
+                        .backward()
                 })
             });
             let table = Tensor::<2>::random([vocab, d_model], Distribution::Default, &device)
                 .require_grad();
             let pe = learned_rows(&learned, seq).require_grad();
             group.bench_function(id("two_op"), |b| {
-                b.iter(|| {
-                    let grads = (burn::tensor::module::embedding(table.clone(), ids.clone())
+                iter_synced(b, &device, || {
+                    (burn::tensor::module::embedding(table.clone(), ids.clone())
                         + pe.clone())
                     .sum()
-                    .backward();
-                    device.sync().unwrap();
-                    grads
+                    .backward()
                 })
             });
             // The floor: one output-sized copy forward and one back (`neg` of a tracked tensor).
             let output_sized = Tensor::<3>::ones([batch, seq, d_model], &device).require_grad();
             group.bench_function(id("copy_floor"), |b| {
-                b.iter(|| {
-                    let grads = output_sized.clone().neg().sum().backward();
-                    device.sync().unwrap();
-                    grads
+                iter_synced(b, &device, || {
+                    output_sized.clone().neg().sum().backward()
                 })
             });
             group.finish();

@@ -16,7 +16,8 @@
 //! Shapes: q and k of `[batch 8, heads 32, seq 2048, d_head 128]` at offset 0 (prefill), and
 //! a decoding step `[8, 32, 1, 128]` at position 4000. Half-split layout (Hugging Face's), f32.
 //! On wgpu the batch is halved until four times q fits the adapter's largest buffer (1 on
-//! lavapipe, whose limit is 128 MiB). Every timed closure ends with `device.sync()`. Throughput: the bytes of q and k.
+//! lavapipe, whose limit is 128 MiB). The device is synced inside the timed region
+//! (`iter_synced`: after every call, or every `BENCH_LAUNCHES_PER_SYNC` calls). Throughput: the bytes of q and k.
 //!
 //! ```text
 //! BENCH_DEVICES=flex cargo bench -p burn-positional-benches --bench rope
@@ -30,7 +31,7 @@ use burn::nn::RotaryEncodingConfig;
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn_positional::{RopeConfig, RopeLayout};
-use burn_positional_benches::bench_devices;
+use burn_positional_benches::{bench_devices, iter_synced};
 use burn_positional_examples::device::DeviceChoice;
 use burn_positional_kernels::{RotaryLayout, reference_rope};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
@@ -71,40 +72,30 @@ fn rope(c: &mut Criterion) {
             device.sync().unwrap();
 
             group.bench_function(id("fused"), |b| {
-                b.iter(|| {
-                    let out = (ours.apply(q.clone(), offset), ours.apply(k.clone(), offset));
-                    device.sync().unwrap();
-                    out
+                iter_synced(b, &device, || {
+                    (ours.apply(q.clone(), offset), ours.apply(k.clone(), offset))
                 })
             });
             // The angles of the fused entry's tables (same formula, f64), built once outside
             // the timing: this entry times the rotation alone, as the fused one does.
             let (cos, sin) = angles(&ours, offset, seq, &device);
             group.bench_function(id("op_by_op"), |b| {
-                b.iter(|| {
-                    let rotate = |x: &Tensor<4>| {
-                        reference_rope(x.clone(), cos.clone(), sin.clone(), RotaryLayout::HalfSplit)
-                    };
-                    let out = (rotate(&q), rotate(&k));
-                    device.sync().unwrap();
-                    out
-                })
+                let rotate = |x: &Tensor<4>| {
+                    reference_rope(x.clone(), cos.clone(), sin.clone(), RotaryLayout::HalfSplit)
+                };
+                iter_synced(b, &device, || (rotate(&q), rotate(&k)))
             });
             group.bench_function(id("burn"), |b| {
-                b.iter(|| {
-                    let out = (
+                iter_synced(b, &device, || {
+                    (
                         burn_rope.apply(q.clone(), offset),
                         burn_rope.apply(k.clone(), offset),
-                    );
-                    device.sync().unwrap();
-                    out
+                    )
                 })
             });
             group.bench_function(id("copy_floor"), |b| {
-                b.iter(|| {
-                    let out = (q.clone().neg(), k.clone().neg());
-                    device.sync().unwrap();
-                    out
+                iter_synced(b, &device, || {
+                    (q.clone().neg(), k.clone().neg())
                 })
             });
             if choice == DeviceChoice::Flex {
