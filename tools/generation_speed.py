@@ -18,8 +18,9 @@ vocabulary 32000, tied embeddings).
 eos_token_id=None)` and its default cache, float32, `attn_implementation="eager"`, with
 `torch.set_num_threads(--threads)` (2: this project's machine). A streamer stamps the time of
 each new token: prefill is the time to the first token (the prompt's forward included),
-decode the time of the others. Peak memory is the process's peak resident set (ru_maxrss).
-Prints one JSON line.
+decode the time of the others. `--runs` generations (default 2) in the process: the first is
+reported apart as cold (`cold_*`), the others' last as warm. Peak memory is the process's peak
+resident set (ru_maxrss). Prints one JSON line.
 
 For the GPU kit (`tools/gpu/`, docs/gpu.md), on a machine with CUDA:
 
@@ -160,7 +161,7 @@ def cpu_features():
     return f"{model} [{' '.join(f for f in wanted if f in flags)}]"
 
 
-def run(path, batch, prompt, new, threads, device="cpu", dtype=None):
+def run(path, batch, prompt, new, threads, device="cpu", dtype=None, runs=2):
     torch.set_num_threads(threads)
     if dtype is None:
         # The dtype the weights were saved in (the folder's config.json).
@@ -177,36 +178,44 @@ def run(path, batch, prompt, new, threads, device="cpu", dtype=None):
     load = time.perf_counter() - loading
     ids = torch.tensor(lcg_prompts(batch, prompt)).to(device)
     mask = torch.ones_like(ids)
-    stamps = Stamps()
-    with torch.no_grad():
-        start = time.perf_counter()
-        out = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=new,
-            min_new_tokens=new,
-            do_sample=False,
-            num_beams=1,
-            eos_token_id=None,
-            pad_token_id=0,
-            streamer=stamps if batch == 1 else None,
-        )
-        if device != "cpu":
-            torch.cuda.synchronize()
-        total = time.perf_counter() - start
-    # The streamer takes one row; for a batch, time the first token with a second call.
-    if batch == 1:
-        prefill = stamps.times[0] - start
-    else:
+
+    def once():
+        """One generation: (prefill, decode) seconds."""
+        stamps = Stamps()
         with torch.no_grad():
-            t = time.perf_counter()
-            model.generate(ids, attention_mask=mask, max_new_tokens=1, do_sample=False,
-                           eos_token_id=None, pad_token_id=0)
+            start = time.perf_counter()
+            out = model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                num_beams=1,
+                eos_token_id=None,
+                pad_token_id=0,
+                streamer=stamps if batch == 1 else None,
+            )
             if device != "cpu":
                 torch.cuda.synchronize()
-            prefill = time.perf_counter() - t
-    decode = total - prefill
-    assert out.shape[1] == prompt + new
+            total = time.perf_counter() - start
+        assert out.shape[1] == prompt + new
+        # The streamer takes one row; for a batch, time the first token with a second call.
+        if batch == 1:
+            prefill = stamps.times[0] - start
+        else:
+            with torch.no_grad():
+                t = time.perf_counter()
+                model.generate(ids, attention_mask=mask, max_new_tokens=1, do_sample=False,
+                               eos_token_id=None, pad_token_id=0)
+                if device != "cpu":
+                    torch.cuda.synchronize()
+                prefill = time.perf_counter() - t
+        return prefill, total - prefill
+
+    # The first generation is cold (CUDA's context, cuBLAS's handles, the allocator's pools):
+    # reported apart, the others' last one as warm, as the Rust side does.
+    timings = [once() for _ in range(runs)]
+    (cold_prefill, cold_decode), (prefill, decode) = timings[0], timings[-1]
     print(json.dumps({
         "side": "transformers (PyTorch eager)",
         "device": torch.cuda.get_device_name() if device != "cpu" else "cpu",
@@ -217,7 +226,10 @@ def run(path, batch, prompt, new, threads, device="cpu", dtype=None):
         "new": new,
         "threads": threads,
         "cpu": cpu_features(),
+        "runs": runs,
         "load_s": round(load, 3),
+        "cold_prefill_s": round(cold_prefill, 4),
+        "cold_decode_tokens_per_s": round(batch * (new - 1) / cold_decode, 1),
         "prefill_s": round(prefill, 4),
         "prefill_tokens_per_s": round(batch * prompt / prefill, 1),
         "decode_s": round(decode, 4),
@@ -248,12 +260,15 @@ def main():
     r.add_argument("--device", default="cpu", help="cpu or cuda")
     r.add_argument("--dtype", default=None, choices=sorted(DTYPES),
                    help="compute dtype (default: the dtype the weights were saved in)")
+    r.add_argument("--runs", type=int, default=2,
+                   help="generations in the process: the first reported as cold, the last as warm")
     args = parser.parse_args()
     if args.command == "write":
         write(args.root, args.models.split(","), args.dtypes.split(","), args.device, args.layers,
               args.vocab)
     else:
-        run(args.path, args.batch, args.prompt, args.new, args.threads, args.device, args.dtype)
+        run(args.path, args.batch, args.prompt, args.new, args.threads, args.device, args.dtype,
+            args.runs)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,36 @@
 #!/usr/bin/env python3
-"""The GPU kit's run: everything a lent GPU measures, in one command, from binaries built here.
+"""The GPU kit's run: everything a lent GPU measures, from binaries built here, in two calls.
 
-On the GPU machine (from the repository root, with `gpu-kit/` carried; docs/gpu.md):
+On the GPU machine (from the repository root, with `gpu-kit/` carried; docs/gpu.md), the two
+device calls of a lease, back to back on the warm machine, each at most 6 minutes:
 
-    bash tools/gpu/run                       # the whole kit, about 8 minutes on an H100
+    bash tools/gpu/run --call 1              # tests, embedding, RoPE, attention f32, PyTorch's f32 rows
+    bash tools/gpu/run --call 2              # generation, attention f16/long/memory, PyTorch's rest, the demo
 
 Here, the rehearsal on lavapipe (the same binaries, smaller sizes, the adapter check relaxed):
 
     bash tools/gpu/run --allow-cpu-adapter --quick --out /tmp/gpu-rehearsal
 
-Parts, in order (`--only` and `--skip` take their names, comma-separated): `setup` (unpack,
-Vulkan loader, `nvidia-smi`), `adapter` (what wgpu opened; a CPU adapter such as llvmpipe
-fails the run unless `--allow-cpu-adapter`), `tests` (the layer's behaviour, the kernels'
-flash, rope and fused tests, the model families: whole test binaries, every device they name),
-`embedding` and `rope` (criterion benches on wgpu beside a copy of the same bytes and burn's
-own modules), `attention` (the op alone, each bias, each kernel variant, beside burn's
-`attention`, forward and forward plus backward, with device memory), `dog_bites_man` (the demo
-on wgpu and on flex: the verdicts must agree), `generation` (greedy tokens per second of a
-GPT-2 124M and a Llama-3.2-1B-shaped random checkpoint in f32 and f16 against PyTorch eager).
+Parts, in order (`--only` and `--skip` take their names, comma-separated; `--call N` picks the
+call's): `setup` (unpack, Vulkan loader, `nvidia-smi`), `adapter` (what wgpu opened; a CPU
+adapter such as llvmpipe fails the run unless `--allow-cpu-adapter`), `tests` (the layer's
+behaviour, the kernels' flash, rope and fused tests, the model families: the three binaries at
+once, every device they name, each test's seconds from libtest's JSON events), `embedding` and
+`rope` (criterion benches on wgpu beside a copy of the same bytes and burn's own modules),
+`attention` (the op alone, each bias, each kernel variant, beside burn's `attention`, forward and
+forward plus backward, with device memory), `torch` (the PyTorch twin, tools/gpu/torch_twin.py,
+on the same shapes: ours over PyTorch for every row both measured), `generation` (greedy tokens
+per second of a GPT-2 124M and a Llama-3.2-1B-shaped random checkpoint in f16 and f32 against
+PyTorch eager, cold and warm, and a profile of the decode step from cubecl's own log),
+`dog_bites_man` (the demo on wgpu and on flex: the verdicts must agree; the first step's seconds,
+compiles included, apart).
+
+How each figure is taken: the benches sync the device every `--launches` calls (20; benches/
+lib.rs, `iter_synced`) inside criterion's timed region, and the attention cases time groups of
+`--attention-launches` steps (10) with one sync, the median of 3 groups; the twin times the
+same number of launches between two CUDA events. One sync per call would time the host's round
+trip: the first run's copy floor took 185 us that way where PyTorch took 56 us for the same
+bytes. The kit's build has no autotune (a user's default build has none either).
 
 Each part is timed; a failing part is recorded and the run goes on. The report
 (`gpu-report.md`), the raw numbers (`gpu-report.json`) and every log (`logs.tar.gz`) are
@@ -39,7 +52,15 @@ import tarfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PARTS = ["setup", "adapter", "tests", "embedding", "rope", "attention", "dog_bites_man", "generation"]
+PARTS = ["setup", "adapter", "tests", "embedding", "rope", "attention", "torch", "generation",
+         "dog_bites_man"]
+# The two device calls of a 15-minute lease (docs/gpu.md), each at most 6 minutes, the most
+# wanted rows first in each: the tests and the f32 kernel rows with their PyTorch twin, then
+# generation, the halves, the long lengths, memory and the demo.
+CALLS = {
+    "1": ["tests", "embedding", "rope", "attention", "torch"],
+    "2": ["generation", "attention", "torch", "dog_bites_man"],
+}
 
 # The test binaries and the package folder each runs in (their fixtures are found from there).
 # `test-kernels` is the kernels' flash, rope and fused tests in one binary (tools/gpu/kit).
@@ -49,8 +70,8 @@ TESTS = [
     ("test-families", "crates/burn-positional-models"),
 ]
 # The rehearsal's sample of each binary (libtest filters, any of which selects a test): on
-# lavapipe the kit's binaries tune every new matmul shape (the benches' autotune), and the
-# whole of test-kernels alone ran past 20 minutes there; on a GPU every test runs.
+# lavapipe every distinct kernel compiles with LLVM, seconds each, and the whole binaries take
+# tens of minutes there; on a GPU every test runs.
 QUICK_FILTERS = {
     "test-kernels": ["flash::alibi_weights", "flash::auto_follows", "fused_vs_reference::"],
     "test-behaviour": ["sinusoidal::", "bad_input::"],
@@ -159,18 +180,6 @@ class Kit:
         for program in PROGRAMS:
             os.symlink("gpu-kit", os.path.join(self.bin, program))
         print("carried:", ", ".join(data["binaries"]))
-        # The test binaries find their fixtures under the folder they were built in.
-        built = data["build"]["root"]
-        if os.path.realpath(built) != ROOT:
-            if os.path.lexists(built):
-                os.remove(built) if os.path.islink(built) else None
-            if not os.path.exists(built):
-                os.makedirs(os.path.dirname(built), exist_ok=True)
-                os.symlink(ROOT, built)
-                data["linked"] = f"{built} -> {ROOT}"
-            else:
-                raise Fatal(f"{built} (where the kit was built) exists here and is not this "
-                            "checkout: the tests would read another tree's fixtures")
         # The Vulkan loader, where the machine lacks it (the device README's recipe).
         ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
         if "libvulkan.so.1" not in ldconfig:
@@ -224,21 +233,40 @@ class Kit:
                         "--allow-cpu-adapter runs the rehearsal on it anyway")
 
     def tests(self, data):
-        built = self.report["parts"][0]["data"]["build"]["root"]
-        # The kit's burn has wgpu's autotune (the benches want it); the tests' many small
-        # shapes would each time every candidate kernel: the least tuning there.
-        env = dict(self.env, CUBECL_AUTOTUNE_LEVEL="minimal")
+        """The three test binaries at once (they share the GPU; 16 cores compile their kernels),
+        each with libtest's JSON events and per-test times (`--report-time`, unstable, which a
+        stable binary accepts under RUSTC_BOOTSTRAP=1), each stopped at `--test-timeout`."""
+        env = dict(self.env, RUSTC_BOOTSTRAP="1")
+        running = {}
         for name, package in TESTS:
-            start = time.time()
             filters = QUICK_FILTERS[name] if self.args.quick else []
-            code, text = self.sh([self.exe(name)] + filters, f"{name}.log",
-                                 cwd=os.path.join(built, package),
-                                 timeout=self.args.test_timeout, env=env)
-            result = parse_libtest(text)
+            cwd = os.path.join(ROOT, package)
+            cmd = [self.exe(name), "-Z", "unstable-options", "--format", "json", "--report-time"]
+            log = open(os.path.join(self.logs, f"{name}.log"), "w")
+            log.write(f"$ {' '.join(cmd + filters)}\n")
+            log.flush()
+            # The tests find their fixtures from CARGO_MANIFEST_DIR, as under `cargo test`.
+            proc = subprocess.Popen(cmd + filters, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                    env=dict(env, CARGO_MANIFEST_DIR=cwd), start_new_session=True)
+            running[name] = (proc, log, time.time(), filters)
+        deadline = time.time() + self.args.test_timeout
+        for name, (proc, log, start, filters) in running.items():
+            try:
+                code = proc.wait(timeout=max(1.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+                code = "timeout"
+            log.write(f"\n[exit {code} after {time.time() - start:.1f} s]\n")
+            log.close()
+            with open(os.path.join(self.logs, f"{name}.log"), errors="replace") as f:
+                result = parse_libtest_json(f.read())
             result.update(exit=code, seconds=round(time.time() - start, 1), filters=filters)
             data[name] = result
+            slowest = ", ".join(f"{t} {s:.1f} s" for t, s in result["times"][:3])
             print(f"{name}: {result['passed']} passed, {result['failed']} failed, "
-                  f"{result['ignored']} ignored, exit {code}, {result['seconds']} s", flush=True)
+                  f"{result['ignored']} ignored, {len(result['unfinished'])} unfinished, exit {code}, "
+                  f"{result['seconds']} s; slowest: {slowest}", flush=True)
             self.save()
         failing = [n for n, r in data.items() if r["exit"] != 0]
         if failing:
@@ -247,10 +275,12 @@ class Kit:
     def criterion(self, bench, filt, log):
         home = os.path.join(self.work, "criterion", log)
         shutil.rmtree(home, ignore_errors=True)
-        env = dict(self.env, CRITERION_HOME=home, BENCH_DEVICES="wgpu")
+        # N launches per sync, as the PyTorch twin times (benches/lib.rs, `iter_synced`).
+        env = dict(self.env, CRITERION_HOME=home, BENCH_DEVICES="wgpu",
+                   BENCH_LAUNCHES_PER_SYNC=str(self.args.launches))
         # criterion's fewest samples (10) where a CPU adapter makes each iteration slow.
         timing = (["--warm-up-time", "0.5", "--measurement-time", "1", "--sample-size", "10"]
-                  if self.args.quick else ["--warm-up-time", "1", "--measurement-time", "2"])
+                  if self.args.quick else ["--warm-up-time", "0.5", "--measurement-time", "1.5"])
         code, text = self.sh([self.exe(bench), "--bench", "--noplot"] + timing + [filt],
                              f"{log}.log", env=env, timeout=self.args.bench_timeout)
         if code != 0:
@@ -281,22 +311,31 @@ class Kit:
         short, target, long_, memory = (512, 1024, 2048, 4096) if quick else (2048, 8192, 32768, 131072)
         schemes = ["8 kv heads", "8 kv heads, alibi", "8 kv heads, t5"]
         # The GPU's own variant first (its forward, backward and split keys are the targets'),
-        # the register one (lavapipe's) after it, for comparison, while the budget lasts.
-        variants = ["shared", "registers"]
+        # the register one (lavapipe's) after it, for comparison, while the budget lasts. The
+        # first call takes f32 at the two main lengths with the shared variant; the second the
+        # register variant, the halves, the long length and memory.
+        call = self.args.call
+        first, second = call in (None, "1"), call in (None, "2")
         cases = []  # (dtype, scheme, seq, direction, variant, reps): most wanted first
-        for seq in (target, short):
+        if first:
+            for seq in (target, short):
+                for direction in ("forward", "backward"):
+                    cases.append(("f32", "burn attention", seq, direction, None, None))
+                    cases += [("f32", s, seq, direction, "shared", None) for s in schemes]
+        if second:
+            # f16 only: WGSL has no bf16, and wgpu refuses it (the twin times bf16 too).
+            for dtype in ("f16",):
+                for direction in ("forward", "backward"):
+                    cases.append((dtype, "burn attention", target, direction, None, None))
+                    cases += [(dtype, s, target, direction, "shared", None) for s in schemes]
             for direction in ("forward", "backward"):
-                cases.append(("f32", "burn attention", seq, direction, None, None))
-                cases += [("f32", s, seq, direction, v, None) for v in variants for s in schemes]
-        for direction in ("forward", "backward"):
-            cases.append(("f16", "burn attention", target, direction, None, None))
-            cases += [("f16", s, target, direction, v, None) for v in variants for s in schemes]
-        cases.append(("f32", "burn attention", long_, "forward", None, None))
-        for direction in ("forward", "backward"):
-            cases += [("f32", s, long_, direction, v, None) for v in variants for s in schemes]
-        # Memory alone at the longest length: one step each (its time includes compiling).
-        cases += [("f32", s, memory, "forward", "auto", 0) for s in schemes]
-        cases += [("f32", s, memory, "backward", "auto", 0) for s in schemes]
+                cases += [("f32", s, target, direction, "registers", None) for s in schemes]
+            cases.append(("f32", "burn attention", long_, "forward", None, None))
+            for direction in ("forward", "backward"):
+                cases += [("f32", s, long_, direction, "shared", None) for s in schemes]
+            # Memory alone at the longest length: one step each (its time includes compiling).
+            cases += [("f32", s, memory, "forward", "auto", 0) for s in schemes]
+            cases += [("f32", s, memory, "backward", "auto", 0) for s in schemes]
         deadline = time.time() + self.args.attention_budget
         results = []
         for dtype, scheme, seq, direction, variant, reps in cases:
@@ -306,7 +345,9 @@ class Kit:
             if time.time() > deadline:
                 row["status"] = "not run (the part's time budget is spent)"
                 continue
-            env = dict(self.env, DTYPE=dtype, REPS=str(1 if quick and reps is None else (reps if reps is not None else 3)))
+            env = dict(self.env, DTYPE=dtype,
+                       REPS=str(1 if quick and reps is None else (reps if reps is not None else 3)),
+                       LAUNCHES=str(1 if reps == 0 else self.args.attention_launches))
             if variant:
                 env["BURN_POSITIONAL_FLASH"] = variant
             tag = f"{dtype}-{scheme}-{seq}-{direction}-{variant}".replace(" ", "_").replace(",", "")
@@ -327,6 +368,32 @@ class Kit:
         data["cases"] = results
         data["lengths"] = [short, target, long_, memory]
         data["ratios"] = attention_ratios(results, target)
+
+    def torch(self, data):
+        """The PyTorch twin (tools/gpu/torch_twin.py) on the same shapes, timed the same way (N
+        launches per sync), and ours over PyTorch for every row both sides measured."""
+        stage = self.args.call or "all"
+        out = os.path.join(self.work, f"torch-twin-{stage}.jsonl")
+        if os.path.exists(out):
+            os.remove(out)
+        cmd = ["python3", os.path.join(ROOT, "tools", "gpu", "torch_twin.py"), "--device",
+               self.args.torch_device, "--out", out, "--stage", stage, "--budget",
+               str(self.args.torch_budget)]
+        cmd += ["--quick"] if self.args.quick else ["--launches", str(self.args.launches)]
+        code, text = self.sh(cmd, f"torch-twin-{stage}.log", timeout=self.args.torch_budget + 180)
+        rows = []
+        if os.path.exists(out):
+            with open(out) as f:
+                rows = [json.loads(l) for l in f if l.strip()]
+        if rows and "torch" in rows[0]:
+            data["header"] = rows.pop(0)
+        data["rows"] = rows
+        data["ratios"] = torch_ratios(self.report, rows)
+        for r in data["ratios"]:
+            print(f"{r['row']}: ours {r['ours_ms']:.4g} ms, PyTorch ({r['theirs']}) "
+                  f"{r['torch_ms']:.4g} ms: {r['ratio']}x")
+        if code != 0:
+            raise RuntimeError(f"the twin exited {code}: {panic_line(text)}")
 
     def dog_bites_man(self, data):
         # The rehearsal: 30 steps (the fewest with every verdict settled, tests/dog_bites_man.rs)
@@ -399,6 +466,54 @@ class Kit:
                     self.save()
         data["rows"] = rows
         data["prompt"], data["new"] = int(prompt), int(new)
+        self.save()
+        # The profile of a warm decode step (cubecl's own log: every kernel launched and every
+        # kernel compiled): two cold runs of GPT-2 f16 at batch 1, with few and with many new
+        # tokens; their difference is what the extra decode steps cost, launches and compiles
+        # per step (a compile per step would be a recompile as the keys grow).
+        if time.time() < deadline + 60:
+            data["profile"] = self.profile_decode(os.path.join(ckpt, "gpt2-f16"), prompt,
+                                                  (4, 4 + int(new)))
+
+    def profile_decode(self, path, prompt, news):
+        counts = []
+        for new in news:
+            folder = os.path.join(self.work, f"profile-{new}")
+            shutil.rmtree(folder, ignore_errors=True)
+            os.makedirs(folder)
+            log = os.path.join(folder, "cubecl.log")
+            # cubecl reads cubecl.toml from the working folder (or a parent).
+            with open(os.path.join(folder, "cubecl.toml"), "w") as f:
+                f.write(f'[profiling.logger]\nlevel = "minimal"\nfile = "{log}"\n'
+                        f'[compilation.logger]\nlevel = "basic"\nfile = "{log}"\n')
+            code, text = self.sh([self.exe("example-generation_speed"), path, "--batch", "1",
+                                  "--prompt", prompt, "--new", str(new), "--runs", "1",
+                                  "--device", "wgpu"], f"generation/profile-{new}.log",
+                                 cwd=folder, timeout=self.args.case_timeout * 3)
+            if code != 0 or not os.path.exists(log):
+                return {"status": f"failed (exit {code}): {panic_line(text)}"}
+            launches, compiles = {}, 0
+            with open(log, errors="replace") as f:
+                for line in f:
+                    if line.startswith("Executing "):
+                        name = re.sub(r"[<|].*", "", line[len("Executing "):]).strip()
+                        launches[name] = launches.get(name, 0) + 1
+                    elif "Compiling" in line:
+                        compiles += 1
+            counts.append((new, launches, compiles))
+        (few, short, c_short), (many, long_, c_long) = counts
+        steps = many - few
+        per_step = {k: round((long_.get(k, 0) - short.get(k, 0)) / steps, 2)
+                    for k in set(long_) | set(short)}
+        per_step = dict(sorted(((k, v) for k, v in per_step.items() if v), key=lambda kv: -kv[1]))
+        profile = {"status": "ok", "steps": steps,
+                   "launches_per_step": round(sum(per_step.values()), 1),
+                   "compiles_per_step": round((c_long - c_short) / steps, 2),
+                   "compiles_cold": c_short, "kernels_per_step": per_step}
+        print(f"decode profile: {profile['launches_per_step']} launches and "
+              f"{profile['compiles_per_step']} compiles per step; most launched: "
+              + ", ".join(f"{k} {v}" for k, v in list(per_step.items())[:5]), flush=True)
+        return profile
 
 
 # -------------------------------------------------------------------- parsing
@@ -423,6 +538,43 @@ def parse_libtest(text):
         result["ignored"] += int(m.group(3))
     result["failures"] = re.findall(r"^test (\S+) \.\.\. FAILED", text, re.M)
     result["panics"] = [panic_line(chunk) for chunk in text.split("---- ")[1:]][:20]
+    return result
+
+
+def parse_libtest_json(text):
+    """libtest's JSON events (`--format json --report-time`): counts, failures with their
+    output, every finished test's seconds (slowest first), and the tests still running when the
+    binary was stopped."""
+    result = {"passed": 0, "failed": 0, "ignored": 0, "failures": [], "panics": [], "times": [],
+              "unfinished": []}
+    started = []
+    for line in text.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("type") != "test":
+            continue
+        name, kind = event.get("name"), event.get("event")
+        if kind == "started":
+            started.append(name)
+            continue
+        if name in started:
+            started.remove(name)
+        if kind == "ok":
+            result["passed"] += 1
+        elif kind == "ignored":
+            result["ignored"] += 1
+        elif kind in ("failed", "timeout"):
+            result["failed"] += 1
+            result["failures"].append(name)
+            result["panics"].append(panic_line(event.get("stdout", "")))
+        if "exec_time" in event:
+            result["times"].append((name, round(float(event["exec_time"]), 2)))
+    result["times"].sort(key=lambda t: -t[1])
+    result["unfinished"] = started
     return result
 
 
@@ -483,16 +635,80 @@ def attention_ratios(cases, seq):
     return ratios
 
 
+def torch_ratios(report, twin):
+    """Ours over PyTorch (time over time: below 1 is faster) for every row of this run that the
+    twin measured too: the embedding and RoPE benches, the copy floors, and the attention cases
+    (our no-bias kernel and burn's `attention` against SDPA without a bias, ALiBi against SDPA
+    with its bias tensor and against FlexAttention, T5 against SDPA with its bias tensor)."""
+    parts = {p["part"]: p["data"] for p in report["parts"]}
+    ok = [t for t in twin if t.get("status") == "ok" and t.get("ms")]
+
+    def theirs(part, case, dtype, direction, **match):
+        return next((t for t in ok if (t["part"], t["case"], t["dtype"], t["direction"])
+                     == (part, case, dtype, direction)
+                     and all(t.get(k) == v for k, v in match.items())), None)
+
+    ratios = []
+
+    def add(row, ours_ms, t):
+        if t:
+            ratios.append({"row": row, "ours_ms": ours_ms, "theirs": t["case"],
+                           "torch_ms": t["ms"], "ratio": round(ours_ms / t["ms"], 2),
+                           "launches_per_sync": t.get("launches_per_sync")})
+
+    for r in parts.get("embedding", {}).get("rows", []):
+        m = re.fullmatch(r"b(\d+)_s(\d+)_d(\d+)_v(\d+)", r["value"])
+        if not m:
+            continue
+        shape = [int(x) for x in m.groups()]
+        direction = "forward" if r["group"].startswith("forward/") else "forward_backward"
+        row = f"embedding {direction} {r['function']} {r['value']}"
+        if r["function"] == "copy_floor" and direction == "forward":
+            add(row, r["median_ns"] / 1e6, theirs("copy", "copy_floor", "f32", "forward",
+                                                  shape=shape[:3]))
+        elif r["function"] in ("fused_learned", "burn", "two_op"):
+            add(row, r["median_ns"] / 1e6, theirs("embedding", "two_op", "f32", direction,
+                                                  shape=shape))
+    for r in parts.get("rope", {}).get("rows", []):
+        m = re.fullmatch(r"b(\d+)_h(\d+)_s(\d+)_at(\d+)", r["value"])
+        if not m:
+            continue
+        b, h, seq, at = (int(x) for x in m.groups())
+        shape = [b, h, seq, 128]
+        row = f"rope {r['function']} {r['value']}"
+        if r["function"] == "copy_floor" and at == 0:
+            add(row, r["median_ns"] / 1e6, theirs("copy", "rope_copy_floor", "f32", "forward",
+                                                  shape=shape))
+        elif r["function"] in ("fused", "burn", "op_by_op"):
+            case = "rotate_half" if at == 0 else "rotate_half_decode"
+            add(row, r["median_ns"] / 1e6, theirs("rope", case, "f32", "forward", shape=shape))
+    peers = {"burn attention": ["sdpa none"], "8 kv heads": ["sdpa none"],
+             "8 kv heads, alibi": ["sdpa alibi tensor", "flex alibi"],
+             "8 kv heads, t5": ["sdpa t5 tensor"]}
+    for c in parts.get("attention", {}).get("cases", []):
+        if c.get("status") != "ok" or c["variant"] == "auto":
+            continue
+        direction = "forward" if c["direction"] == "forward" else "forward_backward"
+        row = (f"attention {c['dtype']} {c['direction']} {c['scheme']} "
+               f"{c['variant'] or ''} {c['seq']}").replace("  ", " ")
+        for case in peers.get(c["scheme"], []):
+            add(row, c["ms"], theirs("attention", case, c["dtype"], direction, seq=c["seq"]))
+    return ratios
+
+
 def parse_dog_bites_man(text):
     """Per scheme: the pooled difference (part 1-2), the held-out accuracy (part 3), and the
     verdict they give: whether the scheme tells the sentences apart, and learns who bites."""
     table = {}
     for m in re.finditer(r"^\s+([a-z0-9-]+)\s+\|\s+([\d.]+)\s+\|\s+([\d.]+)\s*$", text, re.M):
         table.setdefault(m.group(1), {})["pooled_difference"] = float(m.group(3))
-    for m in re.finditer(r"^\s+([a-z0-9-]+)\s+\|\s+([\d.]+) %\s+\|\s+([\d.]+) %\s+\|\s+([\d.]+)\s*$",
-                         text, re.M):
+    for m in re.finditer(r"^\s+([a-z0-9-]+)\s+\|\s+([\d.]+) %\s+\|\s+([\d.]+) %\s+\|\s+([\d.]+)"
+                         r"(?:\s+\|\s+([\d.]+))?\s*$", text, re.M):
         entry = table.setdefault(m.group(1), {})
         entry.update(train=float(m.group(2)), held_out=float(m.group(3)), seconds=float(m.group(4)))
+        if m.group(5):
+            # The first step alone (compiles included), printed on a device that compiles.
+            entry["first_step_seconds"] = float(m.group(5))
     for entry in table.values():
         tells = entry.get("pooled_difference", 0) > 1e-4
         learns = entry.get("held_out", 0) > 75
@@ -521,12 +737,18 @@ def markdown(report):
     ]
     out += [f"| {p['part']} | {p['status']} | {p['seconds']} |" for p in report["parts"]]
     if "tests" in parts:
-        out += ["", "## Tests", "", "| binary | passed | failed | ignored | exit | seconds |",
-                "| --- | --- | --- | --- | --- | --- |"]
+        out += ["", "## Tests (the three binaries at once; each test's own seconds from libtest)", "",
+                "| binary | passed | failed | ignored | unfinished | exit | seconds |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
         for name, r in parts["tests"]["data"].items():
-            out.append(f"| {name} | {r['passed']} | {r['failed']} | {r['ignored']} | {r['exit']} | {r['seconds']} |")
-            for f in r["failures"][:10]:
-                out.append(f"| | failed: `{f}` | | | | |")
+            out.append(f"| {name} | {r['passed']} | {r['failed']} | {r['ignored']} | "
+                       f"{len(r.get('unfinished', []))} | {r['exit']} | {r['seconds']} |")
+        for name, r in parts["tests"]["data"].items():
+            out += ["", f"{name}: the slowest tests (every test's time is in gpu-report.json)", "",
+                    "| test | seconds |", "| --- | --- |"]
+            out += [f"| `{t}` | {sec} |" for t, sec in r.get("times", [])[:12]]
+            out += [f"| `{t}` | still running when stopped |" for t in r.get("unfinished", [])]
+            out += [f"| `{f}` | failed: {p} |" for f, p in zip(r["failures"][:10], r.get("panics", []))]
     for name, title in (("embedding", "Fused embedding"), ("rope", "Fused RoPE")):
         if name in parts and parts[name]["data"].get("rows"):
             out += ["", f"## {title} (criterion medians; % of copy = the copy floor's time over this one's)",
@@ -551,24 +773,59 @@ def markdown(report):
                 "", "| dtype | direction | scheme | variant | ratio |", "| --- | --- | --- | --- | --- |"]
         out += [f"| {r['dtype']} | {r['direction']} | {r['scheme']} | {r['variant']} | {r['ratio']} |"
                 for r in data["ratios"]]
+    if "torch" in parts and parts["torch"]["data"].get("rows") is not None:
+        data = parts["torch"]["data"]
+        header = data.get("header", {})
+        out += ["", f"## Against PyTorch {header.get('torch', '?')} on {header.get('device', '?')} "
+                "(ours over PyTorch, time over time: below 1 is faster)", "",
+                f"Both sides: {data['rows'][0]['method'] if data['rows'] else '?'}; ours: criterion "
+                "medians of `BENCH_LAUNCHES_PER_SYNC` calls per sync, attention the median of 3 "
+                "groups of `LAUNCHES` steps per sync.", "",
+                "| row | ours ms | PyTorch | PyTorch ms | ours / PyTorch |", "| --- | --- | --- | --- | --- |"]
+        out += [f"| {r['row']} | {r['ours_ms']:.4g} | {r['theirs']} | {r['torch_ms']:.4g} | {r['ratio']} |"
+                for r in data["ratios"]]
+        out += ["", "PyTorch's rows:", "", "| part | case | dtype | size | direction | ms | MiB | status |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in data["rows"]:
+            ms = r.get("ms")
+            out.append(f"| {r['part']} | {r['case']} | {r['dtype']} | {r.get('seq', r.get('shape'))} | "
+                       f"{r['direction']} | {'' if ms is None else f'{ms:.4g}'} | {r.get('peak_mib') or ''} | "
+                       f"{'' if r['status'] == 'ok' else r['status'][:80]} |")
     if "dog_bites_man" in parts and parts["dog_bites_man"]["data"].get("wgpu"):
         data = parts["dog_bites_man"]["data"]
         out += ["", "## dog_bites_man, wgpu against flex", "",
                 f"Verdicts agree: {data.get('verdicts_agree')}.", "",
-                "| scheme | wgpu pooled diff | wgpu held-out | flex pooled diff | flex held-out | wgpu verdict |",
-                "| --- | --- | --- | --- | --- | --- |"]
+                "| scheme | wgpu pooled diff | wgpu held-out | wgpu s | wgpu first step s | flex pooled diff | "
+                "flex held-out | flex s | wgpu verdict |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for s, w in data["wgpu"].items():
             f = data.get("flex", {}).get(s, {})
-            out.append(f"| {s} | {w.get('pooled_difference')} | {w.get('held_out')} % | "
-                       f"{f.get('pooled_difference')} | {f.get('held_out')} % | {w['verdict']} |")
+            out.append(f"| {s} | {w.get('pooled_difference')} | {w.get('held_out')} % | {w.get('seconds')} | "
+                       f"{w.get('first_step_seconds', '')} | {f.get('pooled_difference')} | "
+                       f"{f.get('held_out')} % | {f.get('seconds')} | {w['verdict']} |")
     if "generation" in parts and parts["generation"]["data"].get("rows"):
         data = parts["generation"]["data"]
-        out += ["", f"## Greedy generation ({data['prompt']} prompt tokens, {data['new']} new)", "",
-                "| model | batch | side | prefill tok/s | decode tok/s | status |",
-                "| --- | --- | --- | --- | --- | --- |"]
+        out += ["", f"## Greedy generation ({data['prompt']} prompt tokens, {data['new']} new; two "
+                "generations per process: cold is the first, warm the second)", "",
+                "| model | batch | side | cold prefill s | cold decode tok/s | warm prefill tok/s | "
+                "warm decode tok/s | warm step ms (first, median, last, slowest) | status |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in data["rows"]:
-            out.append(f"| {r['model']} | {r['batch']} | {r['side']} | {r.get('prefill_tokens_per_s', '')} | "
-                       f"{r.get('decode_tokens_per_s', '')} | {'' if r['status'] == 'ok' else r['status']} |")
+            steps = r.get("decode_step_ms")
+            steps = ", ".join(f"{steps[k]:.2f}" for k in ("first", "median", "last", "slowest")) if steps else ""
+            out.append(f"| {r['model']} | {r['batch']} | {r['side']} | {r.get('cold_prefill_s', '')} | "
+                       f"{r.get('cold_decode_tokens_per_s', '')} | {r.get('prefill_tokens_per_s', '')} | "
+                       f"{r.get('decode_tokens_per_s', '')} | {steps} | "
+                       f"{'' if r['status'] == 'ok' else r['status']} |")
+        profile = data.get("profile")
+        if profile and profile.get("status") == "ok":
+            out += ["", f"Decode profile (GPT-2 f16, batch 1; cubecl's log, the difference of two cold "
+                    f"runs {profile['steps']} steps apart): {profile['launches_per_step']} launches and "
+                    f"{profile['compiles_per_step']} compiles per step ({profile['compiles_cold']} "
+                    "compiles in the shorter run).", "", "| kernel | launches per step |", "| --- | --- |"]
+            out += [f"| `{k}` | {v} |" for k, v in list(profile["kernels_per_step"].items())[:15]]
+        elif profile:
+            out += ["", f"Decode profile: {profile['status']}"]
         out += ["", "Ours over PyTorch's decode tokens per second:", ""]
         for r in data["rows"]:
             if r["side"] != "ours" or r["status"] != "ok":
@@ -592,6 +849,13 @@ def main():
     parser.add_argument("--only", default="", help="comma-separated parts")
     parser.add_argument("--skip", default="", help="comma-separated parts")
     parser.add_argument("--torch-device", default="cuda" if shutil.which("nvidia-smi") else "cpu")
+    parser.add_argument("--call", choices=sorted(CALLS),
+                        help="one of the lease's two device calls (docs/gpu.md): its parts and rows")
+    parser.add_argument("--launches", type=int, default=20,
+                        help="launches per device sync in the benches and the twin")
+    parser.add_argument("--attention-launches", type=int, default=10,
+                        help="attention steps per sync (LAUNCHES of bench-attention_memory)")
+    parser.add_argument("--torch-budget", type=int, default=90)
     parser.add_argument("--test-timeout", type=int, default=150)
     parser.add_argument("--bench-timeout", type=int, default=120)
     parser.add_argument("--case-timeout", type=int, default=60)
@@ -608,7 +872,9 @@ def main():
     for p in only + skip:
         if p not in PARTS:
             parser.error(f"unknown part {p}: the parts are {', '.join(PARTS)}")
-    wanted = [p for p in PARTS if (not only or p in only or p in ("setup", "adapter")) and p not in skip]
+    chosen = only or (CALLS[args.call] if args.call else [])
+    wanted = [p for p in PARTS
+              if (not chosen or p in chosen or p in ("setup", "adapter")) and p not in skip]
     try:
         for name in wanted:
             with kit.part(name) as data:
