@@ -319,4 +319,12 @@ impl PositionalKernels for CubeBackend {
     ) -> FloatTensor<Self> {
         crate::table_grad::cube::launch(grad, index, &args)
     }
+
+    fn skinny_matmul(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        args: crate::skinny::SkinnyArgs,
+    ) -> FloatTensor<Self> {
+        crate::skinny::cube::launch(x, w, &args)
+    }
 }

@@ -147,6 +147,18 @@ pub(crate) trait PositionalKernels: Backend {
     ) -> FloatTensor<Self> {
         table_grad::default_body::<Self>(grad, index, &args)
     }
+
+    /// `x [rows, k] . w [k, n]` for a few rows (see [`crate::skinny_matmul`]); called only on
+    /// Cube devices without autodiff, the default body is burn's `matmul`.
+    #[fusion(meta = crate::skinny::meta)]
+    fn skinny_matmul(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        args: crate::skinny::SkinnyArgs,
+    ) -> FloatTensor<Self> {
+        let _ = args;
+        <Self as burn::backend::ops::FloatTensorOps<Self>>::float_matmul(x, w)
+    }
 }
 
 // Without a Cube backend there is no `Fusion` wrapper to generate (and `#[fusion]`, which the

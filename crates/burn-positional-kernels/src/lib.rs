@@ -53,6 +53,7 @@ mod host_io;
 mod options;
 mod reference;
 mod rope;
+mod skinny;
 mod table_grad;
 
 #[cfg(feature = "testing")]
@@ -78,3 +79,7 @@ pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSI
 #[doc(hidden)]
 pub use rope::fused_rope_calls;
 pub use rope::{RotaryLayout, fused_rope, reference_rope};
+pub use skinny::{SKINNY_MAX_ROWS, skinny_matmul};
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use skinny::set_thread_skinny_slices;

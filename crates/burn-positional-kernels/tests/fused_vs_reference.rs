@@ -19,6 +19,8 @@ const MAX_LEN: usize = 7;
 
 #[path = "fused_vs_reference/gradients.rs"]
 mod gradients;
+#[path = "fused_vs_reference/skinny.rs"]
+mod skinny;
 
 #[allow(deprecated)]
 fn devices() -> Vec<Device> {

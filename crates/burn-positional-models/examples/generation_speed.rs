@@ -8,17 +8,21 @@
 //! ```
 //!
 //! A batch of `--batch` random prompts of `--prompt` tokens (ids in 3..1000, seed 1), `--new`
-//! greedy tokens with `burn_positional_models::generate` (a `KvCache` per layer). Prefill is the
-//! time to the first token (the prompt's forward included), decode the time of the others;
-//! each token is read back from the device, as generation must. Load is the time from the
-//! folder to a model on the device (synced). Peak memory is the process's peak resident set
-//! (`VmHWM`). Prints one JSON line.
+//! greedy tokens with `burn_positional_models::generate` (a `KvCache` per layer), `--runs`
+//! times in one process (default 2). Prefill is the time to the first token (the prompt's
+//! forward included), decode the time of the others; each token is read back from the device,
+//! as generation must. The first run is cold (on a GPU it compiles every kernel it launches);
+//! `cold_*` report it apart, and the other figures are the last run's (warm). Each warm decode
+//! step's time (`decode_step_ms`: first, median, last, slowest) shows whether steps slow down
+//! as the keys grow (a recompile per length would show as the slowest). Load is the time from
+//! the folder to a model on the device (synced). Peak memory is the process's peak resident
+//! set (`VmHWM`). Prints one JSON line.
 
 use std::path::PathBuf;
 
 use burn::tensor::FloatDType;
 use burn_positional_examples::device::{DeviceChoice, open};
-use burn_positional_models::{Checkpoint, generate, load_checkpoint};
+use burn_positional_models::{Checkpoint, GenerateOptions, load_checkpoint, try_generate_streaming};
 use clap::Parser;
 
 /// Tokens per second of greedy generation with a checkpoint folder.
@@ -42,6 +46,9 @@ struct Args {
     /// files' where the device computes in it, else f32 with a notice.
     #[arg(long, value_parser = burn_positional_models::parse_dtype)]
     dtype: Option<FloatDType>,
+    /// Generations in the process: the first is cold, the last is reported as warm.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
 }
 
 pub fn main() -> Result<(), String> {
@@ -74,14 +81,39 @@ pub fn main() -> Result<(), String> {
     let prompts: Vec<Vec<i64>> = (0..args.batch)
         .map(|_| (0..args.prompt).map(|_| next()).collect())
         .collect();
-    let generated = generate(&model, &prompts, 0, args.new, &device);
-    assert!(generated.tokens.iter().all(|t| t.len() == args.new));
-    let (prefill, decode) = (
-        generated.prefill.as_secs_f64(),
-        generated.decode.as_secs_f64(),
-    );
+    let options = GenerateOptions::greedy(args.new, 0);
+    let mut runs = Vec::new();
+    for _ in 0..args.runs {
+        // Each step's end: the callback runs once the step's tokens are read back.
+        let mut stamps = Vec::with_capacity(args.new);
+        let generated = try_generate_streaming(&model, &prompts, &options, &device, |_| {
+            stamps.push(std::time::Instant::now())
+        })
+        .map_err(|e| e.to_string())?;
+        assert!(generated.tokens.iter().all(|t| t.len() == args.new));
+        let mut steps: Vec<f64> = stamps
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs_f64() * 1e3)
+            .collect();
+        let (first, last) = (steps.first().copied(), steps.last().copied());
+        steps.sort_by(f64::total_cmp);
+        let step_ms = [
+            first.unwrap_or(0.0),
+            steps.get(steps.len() / 2).copied().unwrap_or(0.0),
+            last.unwrap_or(0.0),
+            steps.last().copied().unwrap_or(0.0),
+        ];
+        runs.push((
+            generated.prefill.as_secs_f64(),
+            generated.decode.as_secs_f64(),
+            step_ms,
+        ));
+    }
+    let (cold_prefill, cold_decode, _) = runs[0];
+    let (prefill, decode, step_ms) = runs[runs.len() - 1];
+    let decoded = (args.batch * (args.new - 1)) as f64;
     println!(
-        "{{\"side\": \"burn-positional-models ({})\", \"dtype\": \"{:?}\", \"model\": {:?}, \"batch\": {}, \"prompt\": {}, \"new\": {}, \"cpu\": {:?}, \"load_s\": {:.3}, \"prefill_s\": {:.4}, \"prefill_tokens_per_s\": {:.1}, \"decode_s\": {:.4}, \"decode_tokens_per_s\": {:.1}, \"peak_rss_mib\": {:.1}}}",
+        "{{\"side\": \"burn-positional-models ({})\", \"dtype\": \"{:?}\", \"model\": {:?}, \"batch\": {}, \"prompt\": {}, \"new\": {}, \"runs\": {}, \"cpu\": {:?}, \"load_s\": {:.3}, \"cold_prefill_s\": {:.4}, \"cold_decode_tokens_per_s\": {:.1}, \"prefill_s\": {:.4}, \"prefill_tokens_per_s\": {:.1}, \"decode_s\": {:.4}, \"decode_tokens_per_s\": {:.1}, \"decode_step_ms\": {{\"first\": {:.3}, \"median\": {:.3}, \"last\": {:.3}, \"slowest\": {:.3}}}, \"peak_rss_mib\": {:.1}}}",
         opened.description,
         dtype,
         args.dir
@@ -91,12 +123,19 @@ pub fn main() -> Result<(), String> {
         args.batch,
         args.prompt,
         args.new,
+        args.runs,
         cpu_features(),
         load,
+        cold_prefill,
+        decoded / cold_decode,
         prefill,
         (args.batch * args.prompt) as f64 / prefill,
         decode,
-        (args.batch * (args.new - 1)) as f64 / decode,
+        decoded / decode,
+        step_ms[0],
+        step_ms[1],
+        step_ms[2],
+        step_ms[3],
         peak_rss_mib(),
     );
     Ok(())

@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use crate::ModelError;
 use crate::checkpoint::{Checkpoint, Remap};
+use crate::decoder::project;
 use crate::generate::{CausalLm, Step};
 
 /// `BloomConfig`'s fields the port reads, with transformers 5.24's defaults. The names
@@ -231,10 +232,7 @@ impl BloomAttention {
         let [batch, seq, d_model] = x.dims();
         let (h, d) = (self.n_heads, self.head_dim);
         // transformers' `_reshape`: [batch, seq, n_head, 3, head_dim], query, key, value per head.
-        let qkv = self
-            .query_key_value
-            .forward(x)
-            .reshape([batch, seq, h, 3 * d]);
+        let qkv = project(&self.query_key_value, x).reshape([batch, seq, h, 3 * d]);
         let part = |i: usize| {
             qkv.clone()
                 .slice([0..batch, 0..seq, 0..h, i * d..(i + 1) * d])
@@ -253,16 +251,20 @@ impl BloomAttention {
             .key_padding(key_padding)
             .scale(1.0 / (d as f64).sqrt()); // `inv_norm_factor`, on q . k only
         let out = attend(q, k, v, &options); // [batch, h, seq, d]
-        self.dense
-            .forward(out.swap_dims(1, 2).reshape([batch, seq, d_model]))
+        project(
+            &self.dense,
+            out.swap_dims(1, 2).reshape([batch, seq, d_model]),
+        )
     }
 }
 
 impl BloomMlp {
     /// `dense_4h_to_h(gelu(dense_h_to_4h(x)))`, without the residual.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        self.dense_4h_to_h
-            .forward(bloom_gelu(self.dense_h_to_4h.forward(x)))
+        project(
+            &self.dense_4h_to_h,
+            bloom_gelu(project(&self.dense_h_to_4h, x)),
+        )
     }
 }
 

@@ -9,7 +9,7 @@ use burn::tensor::activation;
 use burn::tensor::{DType, Device, Tensor};
 use burn_positional::{
     AbsolutePositionConfig, AttendOptions, EmbeddingWithPosition, EmbeddingWithPositionConfig,
-    KvCache, Rope, RopeConfig, Window, attend,
+    KvCache, Rope, RopeConfig, SKINNY_MAX_ROWS, Window, attend, skinny_matmul,
 };
 
 use crate::ModelError;
@@ -317,12 +317,12 @@ impl DecoderAttention {
         let (h, kv, d) = (self.n_heads, self.n_kv_heads, self.head_dim);
         let (q, k, v) = match (&self.qkv.key, &self.qkv.value) {
             (Some(key), Some(value)) => (
-                self.qkv.query.forward(x.clone()),
-                key.forward(x.clone()),
-                value.forward(x),
+                project(&self.qkv.query, x.clone()),
+                project(key, x.clone()),
+                project(value, x),
             ),
             _ => {
-                let qkv = self.qkv.query.forward(x);
+                let qkv = project(&self.qkv.query, x);
                 (
                     qkv.clone().slice([0..batch, 0..seq, 0..h * d]),
                     qkv.clone().slice([0..batch, 0..seq, h * d..(h + kv) * d]),
@@ -357,8 +357,10 @@ impl DecoderAttention {
             options = options.window(Window::hf(w));
         }
         let out = attend(q, k, v, &options);
-        self.output
-            .forward(out.swap_dims(1, 2).reshape([batch, seq, h * d]))
+        project(
+            &self.output,
+            out.swap_dims(1, 2).reshape([batch, seq, h * d]),
+        )
     }
 }
 
@@ -366,9 +368,9 @@ impl GatedMlp {
     /// `down(act(gate(x)) * up(x))`.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let (gate, up) = match &self.up {
-            Some(up) => (self.gate.forward(x.clone()), up.forward(x)),
+            Some(up) => (project(&self.gate, x.clone()), project(up, x)),
             None => {
-                let both = self.gate.forward(x);
+                let both = project(&self.gate, x);
                 let [b, s, width] = both.dims();
                 let half = width / 2;
                 (
@@ -377,7 +379,7 @@ impl GatedMlp {
                 )
             }
         };
-        self.down.forward(self.activation.apply(gate) * up)
+        project(&self.down, self.activation.apply(gate) * up)
     }
 }
 
@@ -469,6 +471,34 @@ pub fn tied_logits(x: Tensor<3>, table: Tensor<2>) -> Tensor<3> {
         .matmul(x.reshape([batch * seq, hidden]).transpose())
         .transpose()
         .reshape([batch, seq, vocab])
+}
+
+/// A linear layer on `x` `[batch, seq, d_in]`, as `layer.forward(x)`, through [`affine`].
+pub fn project(layer: &Linear, x: Tensor<3>) -> Tensor<3> {
+    affine(
+        x,
+        layer.weight.val(),
+        layer.bias.as_ref().map(|bias| bias.val()),
+    )
+}
+
+/// `x W + b` for `x` `[batch, seq, d_in]` and `W` `[d_in, d_out]`: when the batch and the
+/// sequence hold at most [`SKINNY_MAX_ROWS`] rows (a decoding step), the product goes through
+/// the layer's [`skinny_matmul`], which on wgpu and CUDA reads the weight once where burn's
+/// tiled matmul pads each row to a tile (docs/gpu.md, the decode profile); else burn's
+/// `linear`.
+pub fn affine(x: Tensor<3>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<3> {
+    let [batch, seq, d_in] = x.dims();
+    if batch * seq > SKINNY_MAX_ROWS {
+        return burn::tensor::module::linear(x, weight, bias);
+    }
+    let d_out = weight.dims()[1];
+    let out = skinny_matmul(x.reshape([batch * seq, d_in]), weight);
+    let out = match bias {
+        Some(bias) => out + bias.unsqueeze::<2>(),
+        None => out,
+    };
+    out.reshape([batch, seq, d_out])
 }
 
 /// The remaps of a Llama-style checkpoint (`model.` prefix), with Phi-3's fused names when

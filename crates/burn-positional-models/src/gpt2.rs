@@ -154,7 +154,7 @@ impl Conv1D {
     /// - x: `[batch, seq, d_in]`
     /// - output: `[batch, seq, d_out]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        x.matmul(self.weight.val().unsqueeze::<3>()) + self.bias.val().unsqueeze::<3>()
+        crate::decoder::affine(x, self.weight.val(), Some(self.bias.val()))
     }
 }
 

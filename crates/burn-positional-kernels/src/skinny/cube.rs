@@ -1,0 +1,160 @@
+//! The CubeCL kernel of [`super::skinny_matmul`]: `output[r, c] = Σ_j x[r, j] w[j, c]` for a
+//! few rows `r`, `w` row-major `[k, n]` (a linear layer's weight as burn stores it), read once
+//! from device memory in vectors of `N` columns.
+//!
+//! A cube is `cols x slices` units: unit `(u, s)` owns the vector of columns `cube * cols + u`
+//! and the inputs `j = s, s + slices, ..`; it sums its products in f32, the cube adds the
+//! `slices` partial sums in shared memory (a tree), and unit `(u, 0)` writes the row's vector.
+//! The `cols` units of a slice read `cols` consecutive vectors of one row of `w` (coalesced);
+//! each of the `rows` rows is one pass over the unit's inputs, so `w` comes from device memory
+//! once and from the caches after that.
+
+// Kernel code is CubeCL's Rust subset: one argument per launch value.
+#![allow(clippy::too_many_arguments)]
+
+use burn::backend::{TensorMetadata, cubecl::dtype_to_storage_type};
+use burn::tensor::Shape;
+use burn_cubecl::{
+    kernel::{
+        into_contiguous,
+        matmul::{MatmulStrategy, matmul},
+    },
+    ops::numeric::empty_device_dtype,
+    tensor::CubeTensor,
+};
+use cubecl::prelude::*;
+
+/// Column vectors per cube, and units sharing one, each over every `slices`-th input (a power
+/// of two): on a GPU 8 and 32, so that a cube has 256 units to hide memory latency with and
+/// even a 768-column layer fills a few dozen cubes; on a CPU adapter (lavapipe, whose
+/// `sync_cube` is costly and whose units run in order anyway) 64 and 1, one unit per column
+/// vector and no shared memory: on lavapipe, GPT-2's decode-step products took 7.4 ms each the
+/// GPU's way.
+fn shape(identity: &cubecl::ir::DeviceIdentity) -> (usize, usize) {
+    if identity.physical.is_none() { (64, 1) } else { (8, 32) }
+}
+
+#[cube(launch_unchecked)]
+fn skinny_kernel<F: Float, N: Size>(
+    x: &Tensor<F>,
+    w: &Tensor<Vector<F, N>>,
+    output: &mut Tensor<Vector<F, N>>,
+    rows: u32,
+    k: u32,
+    n_vectors: u32,
+    #[comptime] cols: usize,
+    #[comptime] slices: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let u = UNIT_POS_X as usize;
+    let s = UNIT_POS_Y as usize;
+    let column = CUBE_POS_X as usize * cols + u;
+    let k = k as usize;
+    let n_vectors = n_vectors as usize;
+    for r in 0..rows as usize {
+        let mut sum = Vector::<f32, N>::new(0.0);
+        if column < n_vectors {
+            let mut j = s;
+            while j < k {
+                let xj = f32::cast_from(x[r * k + j]);
+                sum += Vector::<f32, N>::cast_from(w[j * n_vectors + column])
+                    * Vector::<f32, N>::new(xj);
+                j += slices;
+            }
+        }
+        if comptime!(slices == 1) {
+            // One unit per column vector: nothing to add up across units.
+            if column < n_vectors {
+                output[r * n_vectors + column] = Vector::<F, N>::cast_from(sum);
+            }
+        } else {
+            let mut partial = Shared::<[Vector<f32, N>]>::new_slice(comptime!(cols * slices));
+            partial[s * cols + u] = sum;
+            sync_cube();
+            // From the cube's size, a run-time value: the loop below runs on the device.
+            let mut half = CUBE_DIM_Y as usize / 2;
+            while half > 0 {
+                if s < half {
+                    let own = partial[s * cols + u];
+                    let other = partial[(s + half) * cols + u];
+                    partial[s * cols + u] = own + other;
+                }
+                sync_cube();
+                half /= 2;
+            }
+            if s == 0 && column < n_vectors {
+                output[r * n_vectors + column] = Vector::<F, N>::cast_from(partial[u]);
+            }
+            sync_cube();
+        }
+    }
+}
+
+/// Host side: contiguous inputs, the output `[rows, n]` in the dtype of `x`, one launch.
+pub(crate) fn launch(x: CubeTensor, w: CubeTensor, args: &super::SkinnyArgs) -> CubeTensor {
+    let [rows, k] = x.shape().dims::<2>();
+    let [k_w, n] = w.shape().dims::<2>();
+    assert_eq!(k, k_w, "skinny_matmul: x is [{rows}, {k}] but w is [{k_w}, {n}]");
+    assert_eq!(
+        x.dtype, w.dtype,
+        "skinny_matmul: x and w must share one dtype, got {:?} and {:?}",
+        x.dtype, w.dtype
+    );
+    x.assert_is_on_same_device(&w);
+    let client = x.client.clone();
+    let dtype = x.dtype;
+    let output = empty_device_dtype(
+        client.clone(),
+        x.device.clone(),
+        Shape::new([rows, n]),
+        dtype,
+    );
+    if rows * n == 0 {
+        return output;
+    }
+    if !w.is_contiguous() {
+        // A weight held transposed (`[n, k]` in memory, read as `[k, n]`): burn's matmul reads
+        // it through its strides, where this kernel would copy it on every call.
+        return matmul(x, w, None, MatmulStrategy::default(), dtype)
+            .unwrap_or_else(|e| panic!("skinny_matmul: burn's matmul refused the shapes: {e:?}"));
+    }
+    let x = into_contiguous(x);
+    let u32_of = |v: usize, what: &str| {
+        u32::try_from(v).unwrap_or_else(|_| panic!("skinny_matmul: {what} = {v} exceeds u32"))
+    };
+    let vector_size = client
+        .io_optimized_vector_sizes(dtype.size())
+        .filter(|&v| n % v == 0)
+        .max()
+        .unwrap_or(1);
+    let n_vectors = n / vector_size;
+    let (cols, slices) = match args.slices {
+        Some(1) => (64, 1),
+        Some(slices) => (256 / slices, slices),
+        None => shape(&client.properties().identity),
+    };
+    let cube_count = CubeCount::Static(u32_of(n_vectors.div_ceil(cols), "the cubes"), 1, 1);
+    // SAFETY: x is contiguous `[rows, k]`, w contiguous `[k, n]` read as `n / N` vectors per
+    // row (`N` divides `n`), the output contiguous `[rows, n / N]` vectors. A unit reads `x`
+    // at `r * k + j` and `w` at `j * n_vectors + column` only for `r < rows`, `j < k` and
+    // `column < n_vectors`, and writes the output under the same bound on `column`; the
+    // shared buffer holds `cols * slices` vectors and is indexed by `s < slices`, `u < cols`.
+    unsafe {
+        skinny_kernel::launch_unchecked(
+            &client,
+            cube_count,
+            CubeDim::new_2d(cols as u32, slices as u32),
+            vector_size,
+            x.into_tensor_arg(),
+            w.into_tensor_arg(),
+            output.clone().into_tensor_arg(),
+            u32_of(rows, "the rows"),
+            u32_of(k, "k"),
+            u32_of(n_vectors, "n"),
+            cols,
+            slices,
+            dtype_to_storage_type(dtype),
+        )
+    };
+    output
+}
