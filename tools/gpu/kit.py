@@ -872,9 +872,12 @@ def main():
     for p in only + skip:
         if p not in PARTS:
             parser.error(f"unknown part {p}: the parts are {', '.join(PARTS)}")
-    chosen = only or (CALLS[args.call] if args.call else [])
-    wanted = [p for p in PARTS
-              if (not chosen or p in chosen or p in ("setup", "adapter")) and p not in skip]
+    # A call runs its parts in its own order (the most wanted first); otherwise PARTS' order.
+    if args.call and not only:
+        wanted = ["setup", "adapter"] + [p for p in CALLS[args.call] if p not in skip]
+    else:
+        wanted = [p for p in PARTS
+                  if (not only or p in only or p in ("setup", "adapter")) and p not in skip]
     try:
         for name in wanted:
             with kit.part(name) as data:
