@@ -156,8 +156,13 @@ pub(crate) trait PositionalKernels: Backend {
         w: FloatTensor<Self>,
         args: crate::skinny::SkinnyArgs,
     ) -> FloatTensor<Self> {
-        let _ = args;
-        <Self as burn::backend::ops::FloatTensorOps<Self>>::float_matmul(x, w)
+        use burn::backend::ops::FloatTensorOps;
+        let w = if args.transposed {
+            <Self as FloatTensorOps<Self>>::float_transpose(w)
+        } else {
+            w
+        };
+        <Self as FloatTensorOps<Self>>::float_matmul(x, w)
     }
 }
 

@@ -10,6 +10,7 @@ use burn::tensor::{DType, Device, Tensor};
 use burn_positional::{
     AbsolutePositionConfig, AttendOptions, EmbeddingWithPosition, EmbeddingWithPositionConfig,
     KvCache, Rope, RopeConfig, SKINNY_MAX_ROWS, Window, attend, skinny_matmul,
+    skinny_matmul_transposed,
 };
 
 use crate::ModelError;
@@ -467,6 +468,11 @@ pub fn rms_norm(norm: &RmsNorm, x: Tensor<3>) -> Tensor<3> {
 pub fn tied_logits(x: Tensor<3>, table: Tensor<2>) -> Tensor<3> {
     let [batch, seq, hidden] = x.dims();
     let vocab = table.dims()[0];
+    if batch * seq <= SKINNY_MAX_ROWS {
+        // A decoding step: each logit a dot product along a row of the table, read once.
+        return skinny_matmul_transposed(x.reshape([batch * seq, hidden]), table)
+            .reshape([batch, seq, vocab]);
+    }
     table
         .matmul(x.reshape([batch * seq, hidden]).transpose())
         .transpose()

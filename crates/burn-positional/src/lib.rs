@@ -51,8 +51,9 @@ pub use attention::{
 pub use burn_positional_kernels::Combine;
 /// Which path a device takes: the fused kernel (its backend's feature is on) or plain tensor ops.
 pub use burn_positional_kernels::fused_covers;
-/// A few rows times a matrix (a decoding step's linear layers), in one kernel on wgpu and CUDA.
-pub use burn_positional_kernels::{SKINNY_MAX_ROWS, skinny_matmul};
+/// A few rows times a matrix or its transpose (a decoding step's linear layers and tied head),
+/// in one kernel on wgpu and CUDA.
+pub use burn_positional_kernels::{SKINNY_MAX_ROWS, skinny_matmul, skinny_matmul_transposed};
 pub use embedding::{EmbeddingWithPosition, EmbeddingWithPositionConfig, Positions};
 pub use error::PositionError;
 pub use rotary::hf_config::HfConfigError;

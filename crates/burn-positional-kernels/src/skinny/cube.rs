@@ -90,8 +90,75 @@ fn skinny_kernel<F: Float, N: Size>(
     }
 }
 
+/// The transposed weight's kernel: `output[r, c] = Σ_j x[r, j] t[c, j]` for `t` row-major
+/// `[n, k]` (PyTorch's `Linear` layout, and a tied head's `[vocab, hidden]` table). Unit
+/// `(s, u)` owns row `c = cube * cols + u` of `t` and its vectors `s, s + slices, ..` along
+/// `k`: the `slices` units of a row are consecutive (`s` is the fast index), so they read
+/// consecutive vectors of it; the cube adds the slices' partial vectors in shared memory and
+/// unit `(0, u)` adds the lanes and writes the value.
+#[cube(launch_unchecked)]
+fn skinny_t_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    t: &Tensor<Vector<F, N>>,
+    output: &mut Tensor<F>,
+    rows: u32,
+    k_vectors: u32,
+    n: u32,
+    #[comptime] cols: usize,
+    #[comptime] slices: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let s = UNIT_POS_X as usize;
+    let u = UNIT_POS_Y as usize;
+    let c = CUBE_POS_X as usize * cols + u;
+    let k_vectors = k_vectors as usize;
+    let n = n as usize;
+    for r in 0..rows as usize {
+        let mut sum = Vector::<f32, N>::new(0.0);
+        if c < n {
+            let mut j = s;
+            while j < k_vectors {
+                sum += Vector::<f32, N>::cast_from(x[r * k_vectors + j])
+                    * Vector::<f32, N>::cast_from(t[c * k_vectors + j]);
+                j += slices;
+            }
+        }
+        // With one slice the unit's sum is the row's; else the slices' sums are added below.
+        let mut total = sum;
+        if comptime!(slices > 1) {
+            let mut partial = Shared::<[Vector<f32, N>]>::new_slice(comptime!(cols * slices));
+            partial[u * slices + s] = sum;
+            sync_cube();
+            // From the cube's size, a run-time value: the loop below runs on the device.
+            let mut half = CUBE_DIM_X as usize / 2;
+            while half > 0 {
+                if s < half {
+                    let own = partial[u * slices + s];
+                    let other = partial[u * slices + s + half];
+                    partial[u * slices + s] = own + other;
+                }
+                sync_cube();
+                half /= 2;
+            }
+            total = partial[u * slices];
+            sync_cube();
+        }
+        if s == 0 && c < n {
+            let mut value = 0.0f32;
+            #[unroll]
+            for i in 0..total.vector_size().comptime() {
+                value += total.extract(i);
+            }
+            output[r * n + c] = F::cast_from(value);
+        }
+    }
+}
+
 /// Host side: contiguous inputs, the output `[rows, n]` in the dtype of `x`, one launch.
 pub(crate) fn launch(x: CubeTensor, w: CubeTensor, args: &super::SkinnyArgs) -> CubeTensor {
+    if args.transposed {
+        return launch_transposed(x, w, args);
+    }
     let [rows, k] = x.shape().dims::<2>();
     let [k_w, n] = w.shape().dims::<2>();
     assert_eq!(k, k_w, "skinny_matmul: x is [{rows}, {k}] but w is [{k_w}, {n}]");
@@ -151,6 +218,78 @@ pub(crate) fn launch(x: CubeTensor, w: CubeTensor, args: &super::SkinnyArgs) -> 
             u32_of(rows, "the rows"),
             u32_of(k, "k"),
             u32_of(n_vectors, "n"),
+            cols,
+            slices,
+            dtype_to_storage_type(dtype),
+        )
+    };
+    output
+}
+
+/// Host side of the transposed weight `t` `[n, k]`: `x . t^T`, contiguous inputs, the output
+/// `[rows, n]` in the dtype of `x`, one launch of [`skinny_t_kernel`].
+fn launch_transposed(x: CubeTensor, t: CubeTensor, args: &super::SkinnyArgs) -> CubeTensor {
+    let [rows, k] = x.shape().dims::<2>();
+    let [n, k_t] = t.shape().dims::<2>();
+    assert_eq!(k, k_t, "skinny_matmul_transposed: x is [{rows}, {k}] but t is [{n}, {k_t}]");
+    assert_eq!(
+        x.dtype, t.dtype,
+        "skinny_matmul_transposed: x and t must share one dtype, got {:?} and {:?}",
+        x.dtype, t.dtype
+    );
+    x.assert_is_on_same_device(&t);
+    let client = x.client.clone();
+    let dtype = x.dtype;
+    let output = empty_device_dtype(
+        client.clone(),
+        x.device.clone(),
+        Shape::new([rows, n]),
+        dtype,
+    );
+    if rows * n == 0 {
+        return output;
+    }
+    if !t.is_contiguous() {
+        // `t` held as a `[k, n]` matrix's transpose: burn's matmul reads it through its strides.
+        let t = <burn_cubecl::CubeBackend as burn::backend::ops::FloatTensorOps<
+            burn_cubecl::CubeBackend,
+        >>::float_swap_dims(t, 0, 1);
+        return matmul(x, t, None, MatmulStrategy::default(), dtype)
+            .unwrap_or_else(|e| panic!("skinny_matmul: burn's matmul refused the shapes: {e:?}"));
+    }
+    let x = into_contiguous(x);
+    let u32_of = |v: usize, what: &str| {
+        u32::try_from(v).unwrap_or_else(|_| panic!("skinny_matmul: {what} = {v} exceeds u32"))
+    };
+    let vector_size = client
+        .io_optimized_vector_sizes(dtype.size())
+        .filter(|&v| k % v == 0)
+        .max()
+        .unwrap_or(1);
+    let k_vectors = k / vector_size;
+    let (cols, slices) = match args.slices {
+        Some(1) => (64, 1),
+        Some(slices) => (256 / slices, slices),
+        None => shape(&client.properties().identity),
+    };
+    let cube_count = CubeCount::Static(u32_of(n.div_ceil(cols), "the cubes"), 1, 1);
+    // SAFETY: x is contiguous `[rows, k / N]` vectors and t contiguous `[n, k / N]` (`N`
+    // divides `k`), the output contiguous `[rows, n]`. A unit reads x at `r * k_vectors + j`
+    // and t at `c * k_vectors + j` only for `r < rows`, `j < k_vectors`, `c < n`, writes the
+    // output under the same bounds, and indexes the shared buffer of `cols * slices` vectors
+    // with `u < cols`, `s < slices`.
+    unsafe {
+        skinny_t_kernel::launch_unchecked(
+            &client,
+            cube_count,
+            CubeDim::new_2d(slices as u32, cols as u32),
+            vector_size,
+            x.into_tensor_arg(),
+            t.into_tensor_arg(),
+            output.clone().into_tensor_arg(),
+            u32_of(rows, "the rows"),
+            u32_of(k_vectors, "k"),
+            u32_of(n, "n"),
             cols,
             slices,
             dtype_to_storage_type(dtype),

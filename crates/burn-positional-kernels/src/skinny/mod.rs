@@ -27,6 +27,8 @@ use burn::tensor::Tensor;
 #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
 pub(crate) struct SkinnyArgs {
     pub slices: Option<usize>,
+    /// The weight is given as `[n, k]` (the product is `x . w^T`).
+    pub transposed: bool,
 }
 
 #[cfg(feature = "testing")]
@@ -101,10 +103,77 @@ pub fn skinny_matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
         return Tensor::from_dispatch(<Dispatch as PositionalKernels>::skinny_matmul(
             x.into_dispatch(),
             w.into_dispatch(),
-            SkinnyArgs { slices },
+            SkinnyArgs {
+                slices,
+                transposed: false,
+            },
         ));
     }
     x.matmul(w)
+}
+
+/// `x . t^T` for `x` `[rows, k]` and `t` `[n, k]` (PyTorch's `Linear` layout, or a tied
+/// head's `[vocab, hidden]` token table), the same numbers as `x.matmul(t.transpose())`: as
+/// [`skinny_matmul`], one kernel on a Cube device without autodiff for at most
+/// [`SKINNY_MAX_ROWS`] rows (each output a dot product along a row of `t`); elsewhere burn's
+/// `matmul` as `(t . x^T)^T`, which reads `t` in place where a CPU backend would copy it.
+///
+/// # Shapes
+///
+/// - x: `[rows, k]`
+/// - t: `[n, k]`
+/// - output: `[rows, n]`
+///
+/// # Panics
+///
+/// If the inner sizes differ, or `x` and `t` differ in dtype or device.
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn_positional_kernels::skinny_matmul_transposed;
+///
+/// let device = Device::flex();
+/// let x = Tensor::<2>::ones([1, 3], &device);
+/// let t = Tensor::<2>::from_floats([[1.0, 3.0, 5.0], [2.0, 4.0, 6.0]], &device);
+/// let out = skinny_matmul_transposed(x, t);
+/// assert_eq!(out.dims(), [1, 2]);
+/// assert_eq!(out.into_data().try_to_vec::<f32>().unwrap(), [9.0, 12.0]);
+/// ```
+pub fn skinny_matmul_transposed(x: Tensor<2>, t: Tensor<2>) -> Tensor<2> {
+    let ([rows, k], [n, k_t]) = (x.dims(), t.dims());
+    assert_eq!(
+        k, k_t,
+        "skinny_matmul_transposed: x is [{rows}, {k}] but t is [{n}, {k_t}]: the inner sizes \
+         must agree. Fix: pass t as [n, k] (a PyTorch Linear's weight, a token table)"
+    );
+    assert_eq!(
+        x.dtype(),
+        t.dtype(),
+        "skinny_matmul_transposed: x is {:?} but t is {:?}. Fix: cast one to the other's dtype",
+        x.dtype(),
+        t.dtype()
+    );
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    if rows <= SKINNY_MAX_ROWS && takes_kernel(&x.device()) {
+        use burn::backend::Dispatch;
+
+        use crate::PositionalKernels;
+        #[cfg(feature = "testing")]
+        let slices = SLICES.with(|cell| cell.get());
+        #[cfg(not(feature = "testing"))]
+        let slices = None;
+        return Tensor::from_dispatch(<Dispatch as PositionalKernels>::skinny_matmul(
+            x.into_dispatch(),
+            t.into_dispatch(),
+            SkinnyArgs {
+                slices,
+                transposed: true,
+            },
+        ));
+    }
+    // `(t . x^T)^T`: burn's CPU backends copy a transposed right operand to contiguous memory
+    // first, which for `x . t^T` would be the whole of `t` on every call.
+    t.matmul(x.transpose()).transpose()
 }
 
 /// Whether the device is a Cube device without autodiff (the kernel has no backward).
@@ -122,10 +191,8 @@ fn takes_kernel(device: &burn::tensor::Device) -> bool {
 pub(crate) fn meta(
     x: &burn::backend::fusion::custom::TensorSpec,
     w: &burn::backend::fusion::custom::TensorSpec,
-    _args: &SkinnyArgs,
+    args: &SkinnyArgs,
 ) -> burn::backend::fusion::custom::TensorSpec {
-    burn::backend::fusion::custom::TensorSpec::new(
-        burn::tensor::Shape::new([x.shape[0], w.shape[1]]),
-        x.dtype,
-    )
+    let n = if args.transposed { w.shape[0] } else { w.shape[1] };
+    burn::backend::fusion::custom::TensorSpec::new(burn::tensor::Shape::new([x.shape[0], n]), x.dtype)
 }

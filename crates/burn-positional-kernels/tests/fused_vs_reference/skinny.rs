@@ -1,11 +1,14 @@
-//! `skinny_matmul` (a few rows times a matrix: the decoding step's linear layers) against the
+//! `skinny_matmul` and `skinny_matmul_transposed` (a few rows times a matrix, or times a
+//! matrix's transpose: the decoding step's linear layers and tied head) against the
 //! product evaluated on the host in f64 from the same numbers, on every device: the Cube kernel
 //! on wgpu in both of its shapes (32 units per column vector, a GPU's, and 1, a CPU adapter's;
 //! forced in turn, so lavapipe compiles and checks both), burn's `matmul` elsewhere and past
 //! `SKINNY_MAX_ROWS` rows.
 
 use burn::tensor::{DType, Device, Distribution, Tensor};
-use burn_positional_kernels::{SKINNY_MAX_ROWS, set_thread_skinny_slices, skinny_matmul};
+use burn_positional_kernels::{
+    SKINNY_MAX_ROWS, set_thread_skinny_slices, skinny_matmul, skinny_matmul_transposed,
+};
 
 /// `x . w` in f64 from the values the devices hold.
 fn expected(x: &Tensor<2>, w: &Tensor<2>) -> Vec<f64> {
@@ -32,20 +35,29 @@ fn check(device: &Device, rows: usize, k: usize, n: usize, dtype: DType, transpo
         Tensor::<2>::random([k, n], Distribution::Normal(0.0, 1.0), device).cast(dtype)
     };
     let want = expected(&x, &w);
-    let got: Vec<f64> = skinny_matmul(x, w)
-        .to_data()
-        .convert::<f64>()
-        .try_to_vec()
-        .unwrap();
+    let got = skinny_matmul(x.clone(), w.clone());
+    compare(got, &want, (device, rows, k, n, dtype, transposed, "skinny_matmul"));
+    // The same product with the weight given as `[n, k]`: `x . t^T`, `t` contiguous when `w`
+    // is a transpose (then the kernel's), a transposed view otherwise (burn's matmul).
+    let t = w.transpose();
+    let got = skinny_matmul_transposed(x, t);
+    compare(got, &want, (device, rows, k, n, dtype, !transposed, "skinny_matmul_transposed"));
+}
+
+type Case<'a> = (&'a Device, usize, usize, usize, DType, bool, &'a str);
+
+fn compare(got: Tensor<2>, want: &[f64], case: Case<'_>) {
+    let (device, rows, k, n, dtype, transposed, op) = case;
+    let got: Vec<f64> = got.to_data().convert::<f64>().try_to_vec().unwrap();
     assert_eq!(got.len(), want.len());
     // f32: sums of up to 300 products of unit normals; f16: the output's own rounding
     // (11 bits) of sums that reach about 20.
     let (abs, rel) = if dtype == DType::F16 { (0.05, 1e-2) } else { (1e-4, 1e-5) };
-    for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+    for (i, (g, e)) in got.iter().zip(want).enumerate() {
         assert!(
             (g - e).abs() <= abs + rel * e.abs(),
-            "{device:?} rows {rows} k {k} n {n} {dtype:?} transposed {transposed}: element {i} \
-             is {g}, the f64 product {e}"
+            "{op} on {device:?}, rows {rows} k {k} n {n} {dtype:?}, weight a transposed view \
+             {transposed}: element {i} is {g}, the f64 product {e}"
         );
     }
 }
