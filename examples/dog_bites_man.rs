@@ -164,7 +164,9 @@ pub fn main() {
     // On a device that compiles kernels at run time, the first step's seconds (compiling
     // included) apart: the column is left out on the CPU backends, which compile nothing.
     let backend = opened.description.to_lowercase();
-    let compiles = ["wgpu", "cuda"].iter().any(|name| backend.starts_with(name));
+    let compiles = ["wgpu", "cuda"]
+        .iter()
+        .any(|name| backend.starts_with(name));
     println!(
         "\n     {:<23} | {:>9} | {:>9} | {:>7}{}",
         "scheme",

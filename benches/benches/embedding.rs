@@ -89,17 +89,13 @@ fn forward(c: &mut Criterion) {
 
             let sinusoidal = EmbeddingWithPositionConfig::new(vocab, d_model).init(&device);
             group.bench_function(id("fused_sinusoidal"), |b| {
-                iter_synced(b, &device, || {
-                    sinusoidal.forward(ids.clone())
-                })
+                iter_synced(b, &device, || sinusoidal.forward(ids.clone()))
             });
             let learned = EmbeddingWithPositionConfig::new(vocab, d_model)
                 .with_scheme(LearnedConfig::new(seq).into())
                 .init(&device);
             group.bench_function(id("fused_learned"), |b| {
-                iter_synced(b, &device, || {
-                    learned.forward(ids.clone())
-                })
+                iter_synced(b, &device, || learned.forward(ids.clone()))
             });
             group.bench_function(id("reference_learned"), |b| {
                 iter_synced(b, &device, || {
@@ -124,9 +120,7 @@ fn forward(c: &mut Criterion) {
             });
             let output_sized = Tensor::<3>::ones([batch, seq, d_model], &device);
             group.bench_function(id("copy_floor"), |b| {
-                iter_synced(b, &device, || {
-                    output_sized.clone().neg()
-                })
+                iter_synced(b, &device, || output_sized.clone().neg())
             });
             if name != DeviceChoice::Wgpu {
                 let src = vec![1.0f32; batch * seq * d_model];
@@ -173,7 +167,8 @@ fn queued_forward(c: &mut Criterion) {
             let embed = config.init(&device);
             group.bench_function(id(&format!("forward_{scheme}")), |b| {
                 iter_synced(b, &device, || {
-                    let outs: Vec<Tensor<3>> = (0..QUEUE).map(|_| embed.forward(ids.clone())).collect();
+                    let outs: Vec<Tensor<3>> =
+                        (0..QUEUE).map(|_| embed.forward(ids.clone())).collect();
                     outs
                 })
             });
@@ -208,9 +203,7 @@ fn forward_backward(c: &mut Criterion) {
                 .with_scheme(LearnedConfig::new(seq).into())
                 .init(&device);
             group.bench_function(id("fused_learned"), |b| {
-                iter_synced(b, &device, || {
-                    learned.forward(ids.clone()).sum().backward()
-                })
+                iter_synced(b, &device, || learned.forward(ids.clone()).sum().backward())
             });
             group.bench_function(id("reference_learned"), |b| {
                 iter_synced(b, &device, || {
@@ -236,18 +229,15 @@ fn forward_backward(c: &mut Criterion) {
             let pe = learned_rows(&learned, seq).require_grad();
             group.bench_function(id("two_op"), |b| {
                 iter_synced(b, &device, || {
-                    (burn::tensor::module::embedding(table.clone(), ids.clone())
-                        + pe.clone())
-                    .sum()
-                    .backward()
+                    (burn::tensor::module::embedding(table.clone(), ids.clone()) + pe.clone())
+                        .sum()
+                        .backward()
                 })
             });
             // The floor: one output-sized copy forward and one back (`neg` of a tracked tensor).
             let output_sized = Tensor::<3>::ones([batch, seq, d_model], &device).require_grad();
             group.bench_function(id("copy_floor"), |b| {
-                iter_synced(b, &device, || {
-                    output_sized.clone().neg().sum().backward()
-                })
+                iter_synced(b, &device, || output_sized.clone().neg().sum().backward())
             });
             group.finish();
         }

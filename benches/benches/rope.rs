@@ -94,9 +94,7 @@ fn rope(c: &mut Criterion) {
                 })
             });
             group.bench_function(id("copy_floor"), |b| {
-                iter_synced(b, &device, || {
-                    (q.clone().neg(), k.clone().neg())
-                })
+                iter_synced(b, &device, || (q.clone().neg(), k.clone().neg()))
             });
             if choice == DeviceChoice::Flex {
                 let cpu = candle_core::Device::Cpu;

@@ -79,7 +79,7 @@ pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSI
 #[doc(hidden)]
 pub use rope::fused_rope_calls;
 pub use rope::{RotaryLayout, fused_rope, reference_rope};
-pub use skinny::{SKINNY_MAX_ROWS, skinny_matmul, skinny_matmul_transposed};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use skinny::set_thread_skinny_slices;
+pub use skinny::{SKINNY_MAX_ROWS, skinny_matmul, skinny_matmul_transposed};

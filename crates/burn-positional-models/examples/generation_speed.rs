@@ -22,7 +22,9 @@ use std::path::PathBuf;
 
 use burn::tensor::FloatDType;
 use burn_positional_examples::device::{DeviceChoice, open};
-use burn_positional_models::{Checkpoint, GenerateOptions, load_checkpoint, try_generate_streaming};
+use burn_positional_models::{
+    Checkpoint, GenerateOptions, load_checkpoint, try_generate_streaming,
+};
 use clap::Parser;
 
 /// Tokens per second of greedy generation with a checkpoint folder.

@@ -31,7 +31,11 @@ use cubecl::prelude::*;
 /// vector and no shared memory: on lavapipe, GPT-2's decode-step products took 7.4 ms each the
 /// GPU's way.
 fn shape(identity: &cubecl::ir::DeviceIdentity) -> (usize, usize) {
-    if identity.physical.is_none() { (64, 1) } else { (8, 32) }
+    if identity.physical.is_none() {
+        (64, 1)
+    } else {
+        (8, 32)
+    }
 }
 
 #[cube(launch_unchecked)]
@@ -161,7 +165,10 @@ pub(crate) fn launch(x: CubeTensor, w: CubeTensor, args: &super::SkinnyArgs) -> 
     }
     let [rows, k] = x.shape().dims::<2>();
     let [k_w, n] = w.shape().dims::<2>();
-    assert_eq!(k, k_w, "skinny_matmul: x is [{rows}, {k}] but w is [{k_w}, {n}]");
+    assert_eq!(
+        k, k_w,
+        "skinny_matmul: x is [{rows}, {k}] but w is [{k_w}, {n}]"
+    );
     assert_eq!(
         x.dtype, w.dtype,
         "skinny_matmul: x and w must share one dtype, got {:?} and {:?}",
@@ -231,7 +238,10 @@ pub(crate) fn launch(x: CubeTensor, w: CubeTensor, args: &super::SkinnyArgs) -> 
 fn launch_transposed(x: CubeTensor, t: CubeTensor, args: &super::SkinnyArgs) -> CubeTensor {
     let [rows, k] = x.shape().dims::<2>();
     let [n, k_t] = t.shape().dims::<2>();
-    assert_eq!(k, k_t, "skinny_matmul_transposed: x is [{rows}, {k}] but t is [{n}, {k_t}]");
+    assert_eq!(
+        k, k_t,
+        "skinny_matmul_transposed: x is [{rows}, {k}] but t is [{n}, {k_t}]"
+    );
     assert_eq!(
         x.dtype, t.dtype,
         "skinny_matmul_transposed: x and t must share one dtype, got {:?} and {:?}",

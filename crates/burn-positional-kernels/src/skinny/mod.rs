@@ -193,6 +193,13 @@ pub(crate) fn meta(
     w: &burn::backend::fusion::custom::TensorSpec,
     args: &SkinnyArgs,
 ) -> burn::backend::fusion::custom::TensorSpec {
-    let n = if args.transposed { w.shape[0] } else { w.shape[1] };
-    burn::backend::fusion::custom::TensorSpec::new(burn::tensor::Shape::new([x.shape[0], n]), x.dtype)
+    let n = if args.transposed {
+        w.shape[0]
+    } else {
+        w.shape[1]
+    };
+    burn::backend::fusion::custom::TensorSpec::new(
+        burn::tensor::Shape::new([x.shape[0], n]),
+        x.dtype,
+    )
 }

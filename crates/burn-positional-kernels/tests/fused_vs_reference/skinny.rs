@@ -36,12 +36,28 @@ fn check(device: &Device, rows: usize, k: usize, n: usize, dtype: DType, transpo
     };
     let want = expected(&x, &w);
     let got = skinny_matmul(x.clone(), w.clone());
-    compare(got, &want, (device, rows, k, n, dtype, transposed, "skinny_matmul"));
+    compare(
+        got,
+        &want,
+        (device, rows, k, n, dtype, transposed, "skinny_matmul"),
+    );
     // The same product with the weight given as `[n, k]`: `x . t^T`, `t` contiguous when `w`
     // is a transpose (then the kernel's), a transposed view otherwise (burn's matmul).
     let t = w.transpose();
     let got = skinny_matmul_transposed(x, t);
-    compare(got, &want, (device, rows, k, n, dtype, !transposed, "skinny_matmul_transposed"));
+    compare(
+        got,
+        &want,
+        (
+            device,
+            rows,
+            k,
+            n,
+            dtype,
+            !transposed,
+            "skinny_matmul_transposed",
+        ),
+    );
 }
 
 type Case<'a> = (&'a Device, usize, usize, usize, DType, bool, &'a str);
@@ -52,7 +68,11 @@ fn compare(got: Tensor<2>, want: &[f64], case: Case<'_>) {
     assert_eq!(got.len(), want.len());
     // f32: sums of up to 300 products of unit normals; f16: the output's own rounding
     // (11 bits) of sums that reach about 20.
-    let (abs, rel) = if dtype == DType::F16 { (0.05, 1e-2) } else { (1e-4, 1e-5) };
+    let (abs, rel) = if dtype == DType::F16 {
+        (0.05, 1e-2)
+    } else {
+        (1e-4, 1e-5)
+    };
     for (i, (g, e)) in got.iter().zip(want).enumerate() {
         assert!(
             (g - e).abs() <= abs + rel * e.abs(),

@@ -18,9 +18,7 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn open(name: &str) -> Self {
-        let dir = crate::package_dir()
-            .join("tests/fixtures")
-            .join(name);
+        let dir = crate::package_dir().join("tests/fixtures").join(name);
         let bytes = std::fs::read(dir.join("expected.safetensors"))
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let file = SafeTensors::deserialize(&bytes).expect("expected.safetensors");

@@ -174,8 +174,8 @@ fn check_case(case: &Value, source: &str, device: &Device) -> Vec<String> {
 /// it refuses is refused.
 pub fn rope_matches_transformers_on_random_configs(device: &Device) {
     let committed = crate::package_dir().join("tests/fixtures/hf/rope_fuzz/cases.json");
-    let path = std::env::var("HF_ROPE_FUZZ")
-        .unwrap_or_else(|_| committed.to_string_lossy().into_owned());
+    let path =
+        std::env::var("HF_ROPE_FUZZ").unwrap_or_else(|_| committed.to_string_lossy().into_owned());
     let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{path}: {err}"));
     let fixture: Value = serde_json::from_str(&text).unwrap();
     let version = fixture["transformers"].as_str().unwrap();

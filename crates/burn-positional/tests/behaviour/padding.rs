@@ -3,7 +3,6 @@
 //! row gets no gradient. Checked against PyTorch's own outputs and gradients
 //! (`tools/torch_padding_fixture.py`), on the fused path and on the reference twin.
 
-
 use burn::module::Param;
 use burn::prelude::*;
 use burn_positional::testing::fused_calls;
