@@ -128,13 +128,41 @@ pub fn open(choice: DeviceChoice) -> Result<OpenedDevice, String> {
             is_gpu: false,
         },
         #[cfg(feature = "cuda")]
-        DeviceChoice::Cuda => OpenedDevice {
-            device: Device::cuda(0),
-            description: "CUDA device 0".into(),
-            is_gpu: true,
-        },
+        DeviceChoice::Cuda => {
+            cuda_driver()?;
+            OpenedDevice {
+                device: Device::cuda(0),
+                description: "CUDA device 0".into(),
+                is_gpu: true,
+            }
+        }
     };
     Ok(opened)
+}
+
+/// Whether NVIDIA's driver library loads here: cubecl's CUDA runtime loads it on the device's
+/// own thread at first use, and without it panics there, leaving the caller a closed channel.
+#[cfg(feature = "cuda")]
+fn cuda_driver() -> Result<(), String> {
+    let names: &[&str] = if cfg!(windows) {
+        &["nvcuda.dll"]
+    } else {
+        &["libcuda.so.1", "libcuda.so"]
+    };
+    // SAFETY: loading NVIDIA's driver library runs its initializers, as cudarc's own load does;
+    // the handle is dropped at once.
+    if names
+        .iter()
+        .any(|&name| unsafe { libloading::Library::new(name) }.is_ok())
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "CUDA: the dynamic loader finds no NVIDIA driver here (tried {}). Fix: run on a machine \
+         with an NVIDIA GPU and its driver (the driver provides libcuda; no CUDA toolkit is \
+         needed), or choose --device wgpu or flex",
+        names.join(", ")
+    ))
 }
 
 /// Opens the chosen device; if that fails (wgpu without an adapter, or `Auto` without a GPU),
