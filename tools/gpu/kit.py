@@ -163,11 +163,12 @@ class Kit:
     # ---------------------------------------------------------------- the parts
 
     def setup(self, data):
-        kit = os.path.join(ROOT, "gpu-kit")
+        kit = os.path.join(ROOT, "gpu-kit" if self.args.backend == "wgpu" else "gpu-kit-cuda")
         archive = os.path.join(kit, "bin.tar.xz")
         if not os.path.exists(archive):
-            raise Fatal(f"{archive} is not here: build the kit with `bash tools/gpu/build` and "
-                        "carry `gpu-kit`")
+            how = "KIT_FEATURES=cuda bash tools/gpu/build" if self.args.backend == "cuda" else "bash tools/gpu/build"
+            raise Fatal(f"{archive} is not here: build the kit with `{how}` and carry "
+                        f"`{os.path.basename(kit)}`")
         shutil.rmtree(self.bin, ignore_errors=True)
         with tarfile.open(archive, "r:xz") as t:
             if sys.version_info >= (3, 12):
@@ -216,11 +217,13 @@ class Kit:
         data["cpus"] = os.cpu_count()
 
     def adapter(self, data):
-        code, text = self.sh([self.exe("bench-attention_memory"), "--adapter", "wgpu"],
+        backend = self.args.backend
+        code, text = self.sh([self.exe("bench-attention_memory"), "--adapter", backend],
                              "adapter.log", timeout=120)
-        line = next((l for l in text.splitlines() if l.startswith("wgpu, adapter:")), None)
+        # `description<TAB>is_gpu` (wgpu: "wgpu, adapter: NAME"; cuda: "CUDA device 0").
+        line = next((l for l in text.splitlines() if l.count("\t") == 1), None)
         if code != 0 or line is None:
-            raise Fatal(f"wgpu opened no adapter (exit {code}): see logs/adapter.log")
+            raise Fatal(f"{backend} opened no device (exit {code}): {panic_line(text)}")
         description, is_gpu = line.split("\t")
         data["wgpu"] = description
         data["is_gpu"] = is_gpu == "true"
@@ -236,6 +239,10 @@ class Kit:
         """The three test binaries at once (they share the GPU; 16 cores compile their kernels),
         each with libtest's JSON events and per-test times (`--report-time`, unstable, which a
         stable binary accepts under RUSTC_BOOTSTRAP=1), each stopped at `--test-timeout`."""
+        if self.args.backend != "wgpu":
+            data["skipped"] = "the CUDA kit carries no test binaries (the tests name wgpu, ndarray, flex)"
+            print(data["skipped"])
+            return
         env = dict(self.env, RUSTC_BOOTSTRAP="1")
         running = {}
         for name, package in TESTS:
@@ -276,7 +283,7 @@ class Kit:
         home = os.path.join(self.work, "criterion", log)
         shutil.rmtree(home, ignore_errors=True)
         # N launches per sync, as the PyTorch twin times (benches/lib.rs, `iter_synced`).
-        env = dict(self.env, CRITERION_HOME=home, BENCH_DEVICES="wgpu",
+        env = dict(self.env, CRITERION_HOME=home, BENCH_DEVICES=self.args.backend,
                    BENCH_LAUNCHES_PER_SYNC=str(self.args.launches))
         # criterion's fewest samples (10) where a CPU adapter makes each iteration slow.
         timing = (["--warm-up-time", "0.5", "--measurement-time", "1", "--sample-size", "10"]
@@ -299,7 +306,8 @@ class Kit:
     def rope(self, data):
         # The rehearsal leaves out burn's RotaryEncoding: on lavapipe one call of it took about
         # 100 s (criterion's estimate: 1036 s for its 10 samples).
-        filt = "rope/wgpu/(fused|op_by_op|copy_floor)" if self.args.quick else "rope/wgpu"
+        b = self.args.backend
+        filt = f"rope/{b}/(fused|op_by_op|copy_floor)" if self.args.quick else f"rope/{b}"
         rows = self.criterion("bench-rope", filt, "rope")
         data["rows"] = rows
         data["summary"] = against_copy(rows, ["fused", "op_by_op", "burn"])
@@ -351,7 +359,7 @@ class Kit:
             if variant:
                 env["BURN_POSITIONAL_FLASH"] = variant
             tag = f"{dtype}-{scheme}-{seq}-{direction}-{variant}".replace(" ", "_").replace(",", "")
-            code, text = self.sh([self.exe("bench-attention_memory"), "--case", "wgpu", scheme,
+            code, text = self.sh([self.exe("bench-attention_memory"), "--case", self.args.backend, scheme,
                                   str(seq), direction], f"attention/{tag}.log", env=env,
                                  timeout=self.args.case_timeout)
             # The child prints `host_mib ms device_mib` on a line of its own.
@@ -401,8 +409,10 @@ class Kit:
         steps = (["--steps", "30", "--schemes", "none,sinusoidal,alibi"] if self.args.quick
                  else [])
         verdicts = {}
+        # The GPU side is stored under "wgpu" whatever the backend (the report's columns).
         for device in ("wgpu", "flex"):
-            code, text = self.sh([self.exe("example-dog_bites_man"), "--device", device, "--out",
+            name = self.args.backend if device == "wgpu" else device
+            code, text = self.sh([self.exe("example-dog_bites_man"), "--device", name, "--out",
                                   os.path.join(self.work, f"dbm-{device}")] + steps,
                                  f"dog_bites_man-{device}.log", timeout=600)
             if code != 0:
@@ -444,7 +454,7 @@ class Kit:
                     path = os.path.join(ckpt, model)
                     if side == "ours":
                         cmd = [self.exe("example-generation_speed"), path, "--batch", batch,
-                               "--prompt", prompt, "--new", new, "--device", "wgpu"]
+                               "--prompt", prompt, "--new", new, "--device", self.args.backend]
                     else:
                         cmd = ["python3", os.path.join(ROOT, "tools", "generation_speed.py"), "run",
                                path, "--batch", batch, "--prompt", prompt, "--new", new,
@@ -488,7 +498,7 @@ class Kit:
                         f'[compilation.logger]\nlevel = "basic"\nfile = "{log}"\n')
             code, text = self.sh([self.exe("example-generation_speed"), path, "--batch", "1",
                                   "--prompt", prompt, "--new", str(new), "--runs", "1",
-                                  "--device", "wgpu"], f"generation/profile-{new}.log",
+                                  "--device", self.args.backend], f"generation/profile-{new}.log",
                                  cwd=folder, timeout=self.args.case_timeout * 3)
             if code != 0 or not os.path.exists(log):
                 return {"status": f"failed (exit {code}): {panic_line(text)}"}
@@ -851,6 +861,9 @@ def main():
     parser.add_argument("--torch-device", default="cuda" if shutil.which("nvidia-smi") else "cpu")
     parser.add_argument("--call", choices=sorted(CALLS),
                         help="one of the lease's two device calls (docs/gpu.md): its parts and rows")
+    parser.add_argument("--backend", choices=["wgpu", "cuda"], default="wgpu",
+                        help="the GPU backend: wgpu (gpu-kit/) or cuda (gpu-kit-cuda/, "
+                             "KIT_FEATURES=cuda bash tools/gpu/build)")
     parser.add_argument("--launches", type=int, default=20,
                         help="launches per device sync in the benches and the twin")
     parser.add_argument("--attention-launches", type=int, default=10,
