@@ -7,6 +7,9 @@ device calls of a lease, back to back on the warm machine, each at most 6 minute
     bash tools/gpu/run --call 1              # tests, embedding, RoPE, attention f32, PyTorch's f32 rows
     bash tools/gpu/run --call 2              # generation, attention f16/long/memory, PyTorch's rest, the demo
 
+The CUDA kit (`KIT_FEATURES=cuda bash tools/gpu/build`, carried as `gpu-kit-cuda`) runs the same
+parts on `--device cuda`, without the tests: `bash tools/gpu/run --backend cuda --call 1`.
+
 Here, the rehearsal on lavapipe (the same binaries, smaller sizes, the adapter check relaxed):
 
     bash tools/gpu/run --allow-cpu-adapter --quick --out /tmp/gpu-rehearsal
