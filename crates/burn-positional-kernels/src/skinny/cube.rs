@@ -30,11 +30,14 @@ use cubecl::prelude::*;
 /// `sync_cube` is costly and whose units run in order anyway) 64 and 1, one unit per column
 /// vector and no shared memory: on lavapipe, GPT-2's decode-step products took 7.4 ms each the
 /// GPU's way.
-fn shape(identity: &cubecl::ir::DeviceIdentity) -> (usize, usize) {
-    if identity.physical.is_none() {
-        (64, 1)
-    } else {
-        (8, 32)
+///
+/// A test forces the slices (`args.slices`, 256 units per cube); otherwise the adapter decides.
+fn shape(args: &super::SkinnyArgs, client: &cubecl::client::Client) -> (usize, usize) {
+    match args.slices {
+        Some(1) => (64, 1),
+        Some(slices) => (256 / slices, slices),
+        None if client.properties().identity.physical.is_none() => (64, 1),
+        None => (8, 32),
     }
 }
 
@@ -202,11 +205,7 @@ pub(crate) fn launch(x: CubeTensor, w: CubeTensor, args: &super::SkinnyArgs) -> 
         .max()
         .unwrap_or(1);
     let n_vectors = n / vector_size;
-    let (cols, slices) = match args.slices {
-        Some(1) => (64, 1),
-        Some(slices) => (256 / slices, slices),
-        None => shape(&client.properties().identity),
-    };
+    let (cols, slices) = shape(args, &client);
     let cube_count = CubeCount::Static(u32_of(n_vectors.div_ceil(cols), "the cubes"), 1, 1);
     // SAFETY: x is contiguous `[rows, k]`, w contiguous `[k, n]` read as `n / N` vectors per
     // row (`N` divides `n`), the output contiguous `[rows, n / N]` vectors. A unit reads `x`
@@ -277,11 +276,7 @@ fn launch_transposed(x: CubeTensor, t: CubeTensor, args: &super::SkinnyArgs) -> 
         .max()
         .unwrap_or(1);
     let k_vectors = k / vector_size;
-    let (cols, slices) = match args.slices {
-        Some(1) => (64, 1),
-        Some(slices) => (256 / slices, slices),
-        None => shape(&client.properties().identity),
-    };
+    let (cols, slices) = shape(args, &client);
     let cube_count = CubeCount::Static(u32_of(n.div_ceil(cols), "the cubes"), 1, 1);
     // SAFETY: x is contiguous `[rows, k / N]` vectors and t contiguous `[n, k / N]` (`N`
     // divides `k`), the output contiguous `[rows, n]`. A unit reads x at `r * k_vectors + j`

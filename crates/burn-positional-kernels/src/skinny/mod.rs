@@ -93,21 +93,7 @@ pub fn skinny_matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
     );
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     if rows <= SKINNY_MAX_ROWS && takes_kernel(&x.device()) {
-        use burn::backend::Dispatch;
-
-        use crate::PositionalKernels;
-        #[cfg(feature = "testing")]
-        let slices = SLICES.with(|cell| cell.get());
-        #[cfg(not(feature = "testing"))]
-        let slices = None;
-        return Tensor::from_dispatch(<Dispatch as PositionalKernels>::skinny_matmul(
-            x.into_dispatch(),
-            w.into_dispatch(),
-            SkinnyArgs {
-                slices,
-                transposed: false,
-            },
-        ));
+        return launch(x, w, false);
     }
     x.matmul(w)
 }
@@ -155,25 +141,29 @@ pub fn skinny_matmul_transposed(x: Tensor<2>, t: Tensor<2>) -> Tensor<2> {
     );
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     if rows <= SKINNY_MAX_ROWS && takes_kernel(&x.device()) {
-        use burn::backend::Dispatch;
-
-        use crate::PositionalKernels;
-        #[cfg(feature = "testing")]
-        let slices = SLICES.with(|cell| cell.get());
-        #[cfg(not(feature = "testing"))]
-        let slices = None;
-        return Tensor::from_dispatch(<Dispatch as PositionalKernels>::skinny_matmul(
-            x.into_dispatch(),
-            t.into_dispatch(),
-            SkinnyArgs {
-                slices,
-                transposed: true,
-            },
-        ));
+        return launch(x, t, true);
     }
     // `(t . x^T)^T`: burn's CPU backends copy a transposed right operand to contiguous memory
     // first, which for `x . t^T` would be the whole of `t` on every call.
     t.matmul(x.transpose()).transpose()
+}
+
+/// The op on a Cube device: the kernel's shape as the calling thread forces it (tests), the
+/// weight `[k, n]` or, `transposed`, `[n, k]`.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn launch(x: Tensor<2>, w: Tensor<2>, transposed: bool) -> Tensor<2> {
+    use burn::backend::Dispatch;
+
+    use crate::PositionalKernels;
+    #[cfg(feature = "testing")]
+    let slices = SLICES.with(|cell| cell.get());
+    #[cfg(not(feature = "testing"))]
+    let slices = None;
+    Tensor::from_dispatch(<Dispatch as PositionalKernels>::skinny_matmul(
+        x.into_dispatch(),
+        w.into_dispatch(),
+        SkinnyArgs { slices, transposed },
+    ))
 }
 
 /// Whether the device is a Cube device without autodiff (the kernel has no backward).
