@@ -161,6 +161,27 @@ fn skinny_t_kernel<F: Float, N: Size>(
     }
 }
 
+/// Checks that `x` and the weight share a dtype and a device; the output `[rows, n]`, empty.
+fn output_of(x: &CubeTensor, w: &CubeTensor, [rows, n]: [usize; 2], op: &str) -> CubeTensor {
+    assert_eq!(
+        x.dtype, w.dtype,
+        "{op}: x and the weight must share one dtype, got {:?} and {:?}",
+        x.dtype, w.dtype
+    );
+    x.assert_is_on_same_device(w);
+    empty_device_dtype(
+        x.client.clone(),
+        x.device.clone(),
+        Shape::new([rows, n]),
+        x.dtype,
+    )
+}
+
+/// `v` as a launch's u32, or a panic naming `what`.
+fn u32_of(v: usize, what: &str) -> u32 {
+    u32::try_from(v).unwrap_or_else(|_| panic!("skinny_matmul: {what} = {v} exceeds u32"))
+}
+
 /// Host side: contiguous inputs, the output `[rows, n]` in the dtype of `x`, one launch.
 pub(crate) fn launch(x: CubeTensor, w: CubeTensor, args: &super::SkinnyArgs) -> CubeTensor {
     if args.transposed {
@@ -172,20 +193,8 @@ pub(crate) fn launch(x: CubeTensor, w: CubeTensor, args: &super::SkinnyArgs) -> 
         k, k_w,
         "skinny_matmul: x is [{rows}, {k}] but w is [{k_w}, {n}]"
     );
-    assert_eq!(
-        x.dtype, w.dtype,
-        "skinny_matmul: x and w must share one dtype, got {:?} and {:?}",
-        x.dtype, w.dtype
-    );
-    x.assert_is_on_same_device(&w);
-    let client = x.client.clone();
-    let dtype = x.dtype;
-    let output = empty_device_dtype(
-        client.clone(),
-        x.device.clone(),
-        Shape::new([rows, n]),
-        dtype,
-    );
+    let output = output_of(&x, &w, [rows, n], "skinny_matmul");
+    let (client, dtype) = (x.client.clone(), x.dtype);
     if rows * n == 0 {
         return output;
     }
@@ -196,9 +205,6 @@ pub(crate) fn launch(x: CubeTensor, w: CubeTensor, args: &super::SkinnyArgs) -> 
             .unwrap_or_else(|e| panic!("skinny_matmul: burn's matmul refused the shapes: {e:?}"));
     }
     let x = into_contiguous(x);
-    let u32_of = |v: usize, what: &str| {
-        u32::try_from(v).unwrap_or_else(|_| panic!("skinny_matmul: {what} = {v} exceeds u32"))
-    };
     let vector_size = client
         .io_optimized_vector_sizes(dtype.size())
         .filter(|&v| n % v == 0)
@@ -241,20 +247,8 @@ fn launch_transposed(x: CubeTensor, t: CubeTensor, args: &super::SkinnyArgs) -> 
         k, k_t,
         "skinny_matmul_transposed: x is [{rows}, {k}] but t is [{n}, {k_t}]"
     );
-    assert_eq!(
-        x.dtype, t.dtype,
-        "skinny_matmul_transposed: x and t must share one dtype, got {:?} and {:?}",
-        x.dtype, t.dtype
-    );
-    x.assert_is_on_same_device(&t);
-    let client = x.client.clone();
-    let dtype = x.dtype;
-    let output = empty_device_dtype(
-        client.clone(),
-        x.device.clone(),
-        Shape::new([rows, n]),
-        dtype,
-    );
+    let output = output_of(&x, &t, [rows, n], "skinny_matmul_transposed");
+    let (client, dtype) = (x.client.clone(), x.dtype);
     if rows * n == 0 {
         return output;
     }
@@ -267,9 +261,6 @@ fn launch_transposed(x: CubeTensor, t: CubeTensor, args: &super::SkinnyArgs) -> 
             .unwrap_or_else(|e| panic!("skinny_matmul: burn's matmul refused the shapes: {e:?}"));
     }
     let x = into_contiguous(x);
-    let u32_of = |v: usize, what: &str| {
-        u32::try_from(v).unwrap_or_else(|_| panic!("skinny_matmul: {what} = {v} exceeds u32"))
-    };
     let vector_size = client
         .io_optimized_vector_sizes(dtype.size())
         .filter(|&v| k % v == 0)
