@@ -65,7 +65,7 @@ pub use api::{
 };
 pub use attention::{
     AttendOptions, AttentionBias, AttentionPositions, FLASH_VARIANT_ENV, FlashVariant, Window,
-    flash_variant, reference_attention, set_flash_variant, tiled_attention,
+    flash_variant, flash_variant_for, reference_attention, set_flash_variant, tiled_attention,
 };
 #[cfg(feature = "testing")]
 #[doc(hidden)]

@@ -526,6 +526,25 @@ fn shared_kernel_equals_the_slow_twin() {
     assert_eq!(extra, 0, "shared launches from elsewhere");
 }
 
+/// The tensor-core kernels, forced, forward and backward. Lavapipe has no cooperative matrix
+/// (Mesa 25.0.7's lavapipe does not advertise `VK_KHR_cooperative_matrix` either), so here each
+/// 16x16 tile product is done by the plane's units in f32: what this checks is everything around
+/// the products (staging, padding of heads and sequences to 16, the planes' rows and heads, the
+/// per-score formula, the online softmax, the six products' operands and layouts, the bias's
+/// gradient per row). A covering subset, as each compiled kernel costs seconds of LLVM on
+/// lavapipe: the 65-token cases take every value of every option and each comptime branch
+/// (one, two and four heads of a group: cubes of four planes as 4 tiles of one head, 2 x 2 and
+/// 4 x 1; a stage of 64 keys crossed; tiles whose window starts their keys past 0; rows and
+/// keys past the sequence), the 1-token ones a decoding step (one plane); the wide heads (64
+/// and 40: padded to 64 and 48) and the half-precision check.
+#[test]
+fn tensor_core_kernel_equals_the_slow_twin() {
+    let extra = check_variant(FlashVariant::TensorCores, None, |case| {
+        case.seq_q == 65 || case.seq_q == 1
+    });
+    assert_eq!(extra, 0, "tensor-core launches from elsewhere");
+}
+
 /// `Auto` on a CPU-type adapter (lavapipe, llvmpipe: CI's wgpu) is the register kernel, on
 /// anything else the shared-memory one; skipped while `BURN_POSITIONAL_FLASH` forces one.
 #[test]

@@ -44,7 +44,9 @@ mod variant;
 pub(crate) use pass::forward;
 pub(crate) use pass::{Saved, backward};
 pub(crate) use tile::{BiasKind, Extras, TileArgs};
-pub use variant::{FLASH_VARIANT_ENV, FlashVariant, flash_variant, set_flash_variant};
+pub use variant::{
+    FLASH_VARIANT_ENV, FlashVariant, flash_variant, flash_variant_for, set_flash_variant,
+};
 #[cfg(feature = "testing")]
 pub use variant::{
     flash_variant_backward_launches, flash_variant_launches, set_thread_flash_key_splits,

@@ -1,6 +1,7 @@
-//! Which of the two CubeCL attention kernels a device runs: the register kernel tuned on
-//! lavapipe, or the shared-memory kernel shaped for a discrete GPU (`cube/registers.rs`,
-//! `cube/shared.rs`).
+//! Which of the three CubeCL attention kernels a device runs: the register kernel tuned on
+//! lavapipe, the shared-memory kernel shaped for a discrete GPU, or the tensor-core kernel for
+//! f16 and bf16 on a GPU with cooperative matrices (`cube/registers.rs`, `cube/shared.rs`,
+//! `cube/tensor_cores.rs`).
 //!
 //! The choice is made in three places, the first that says something wins: a thread's override
 //! (tests only), the process-wide override ([`set_flash_variant`], which starts as the
@@ -14,17 +15,22 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use burn::tensor::Device;
 
-/// Which CubeCL flash-attention kernel runs on a wgpu or CUDA device. Both compute the same
-/// numbers (the same formula, f32 accumulation, the same masks); only their speed differs.
+/// Which CubeCL flash-attention kernel runs on a wgpu or CUDA device. All compute the same
+/// formula with the same masks and f32 sums; only their speed differs, and the tensor-core
+/// kernel's products take their operands in the storage dtype (the weights `p` and the
+/// gradients `dS` rounded to f16 or bf16 before their products, as FlashAttention does).
 ///
 /// Set process-wide with [`set_flash_variant`] or the environment variable
-/// `BURN_POSITIONAL_FLASH=auto|registers|shared` (read once, at the first attention call or the
-/// first [`flash_variant`]); [`flash_variant`] tells what a device runs.
+/// `BURN_POSITIONAL_FLASH=auto|registers|shared|tensor-cores` (read once, at the first
+/// attention call or the first [`flash_variant`]); [`flash_variant_for`] tells what a device
+/// runs for a dtype.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum FlashVariant {
     /// By the device: [`FlashVariant::Registers`] on an adapter that is a CPU (lavapipe,
-    /// llvmpipe, the CubeCL CPU runtime: those report no physical card), otherwise
-    /// [`FlashVariant::Shared`].
+    /// llvmpipe, the CubeCL CPU runtime: those report no physical card); on a GPU,
+    /// [`FlashVariant::TensorCores`] for f16 and bf16 where it reports cooperative matrices of
+    /// 16x16x16 in that dtype with f32 accumulators and 32-unit planes (CUDA; Vulkan through
+    /// burn's `vulkan` feature), otherwise [`FlashVariant::Shared`].
     #[default]
     Auto,
     /// Each unit keeps a few query rows in registers and reads keys and values straight from
@@ -37,15 +43,28 @@ pub enum FlashVariant {
     /// device's shared memory cannot hold even the smallest block (very wide heads), the launch
     /// falls back to [`FlashVariant::Registers`].
     Shared,
+    /// FlashAttention-2 on cooperative matrices (NVIDIA's tensor cores through CubeCL's
+    /// `cmma`): each plane of 32 units owns 16 query rows (the backward: 16 keys, or 16 rows),
+    /// and the block products `Q Kᵀ`, `P V`, and in the backward `dO Vᵀ`, `Pᵀ dO`, `dSᵀ Q` and
+    /// `dS K`, are 16x16x16 matrix products with f32 accumulators. Each score tile is staged in
+    /// shared memory, where the units apply the bias, the masks, the window, the segments, the
+    /// softcap and the online softmax exactly as the other kernels do. Heads are padded to a
+    /// multiple of 16 in shared memory.
+    ///
+    /// Where the device has no cooperative matrix for the dtype (f32 anywhere, WGSL, lavapipe)
+    /// the same kernel runs with each 16x16 product done by the plane's units in f32: slower,
+    /// and what CI checks of everything around the products.
+    TensorCores,
 }
 
 impl FlashVariant {
-    /// `auto`, `registers` or `shared` (any case).
+    /// `auto`, `registers`, `shared` or `tensor-cores` (any case; `tensor_cores` too).
     fn parse(text: &str) -> Option<Self> {
         match text.trim().to_ascii_lowercase().as_str() {
             "auto" => Some(Self::Auto),
             "registers" => Some(Self::Registers),
             "shared" => Some(Self::Shared),
+            "tensor-cores" | "tensor_cores" => Some(Self::TensorCores),
             _ => None,
         }
     }
@@ -55,6 +74,7 @@ impl FlashVariant {
             Self::Auto => 0,
             Self::Registers => 1,
             Self::Shared => 2,
+            Self::TensorCores => 3,
         }
     }
 
@@ -62,7 +82,19 @@ impl FlashVariant {
         match code {
             1 => Self::Registers,
             2 => Self::Shared,
+            3 => Self::TensorCores,
             _ => Self::Auto,
+        }
+    }
+
+    /// Where this variant's launches are counted (tests): 0, 1 or 2; `None` for `Auto`.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    fn slot(self) -> Option<usize> {
+        match self {
+            Self::Auto => None,
+            Self::Registers => Some(0),
+            Self::Shared => Some(1),
+            Self::TensorCores => Some(2),
         }
     }
 }
@@ -99,8 +131,9 @@ pub fn set_flash_variant(variant: FlashVariant) {
     PROCESS.store(variant.code(), Ordering::Relaxed);
 }
 
-/// The kernel the calling thread's next attention on `device` runs, resolved:
-/// [`FlashVariant::Registers`] or [`FlashVariant::Shared`], never `Auto`. Devices whose
+/// The kernel the calling thread's next f32 attention on `device` runs, resolved:
+/// [`FlashVariant::Registers`], [`FlashVariant::Shared`] or a forced
+/// [`FlashVariant::TensorCores`], never `Auto` (f16 and bf16: [`flash_variant_for`]). Devices whose
 /// backend runs host code or tensor ops instead of a CubeCL kernel (flex, ndarray, a backend
 /// this crate was built without) answer [`FlashVariant::Registers`]: neither kernel runs there,
 /// and nothing GPU-shaped either. A forced [`FlashVariant::Shared`] is answered as is, though a
@@ -117,13 +150,33 @@ pub fn set_flash_variant(variant: FlashVariant) {
 /// assert_eq!(flash_variant(&Device::flex()), FlashVariant::Registers);
 /// ```
 pub fn flash_variant(device: &Device) -> FlashVariant {
+    flash_variant_for(device, burn::tensor::DType::F32)
+}
+
+/// The kernel the calling thread's next attention on `device` with inputs of `dtype` runs,
+/// resolved as [`flash_variant`] resolves it: `Auto` is [`FlashVariant::TensorCores`] for f16
+/// and bf16 on a GPU whose cooperative matrices take that dtype.
+///
+/// # Panics
+///
+/// As [`flash_variant`].
+///
+/// ```
+/// use burn::prelude::*;
+/// use burn::tensor::DType;
+/// use burn_positional_kernels::{FlashVariant, flash_variant_for};
+///
+/// assert_eq!(flash_variant_for(&Device::flex(), DType::F16), FlashVariant::Registers);
+/// ```
+pub fn flash_variant_for(device: &Device, dtype: burn::tensor::DType) -> FlashVariant {
     #[allow(unreachable_patterns)]
     match device.as_dispatch().clone().inner() {
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        burn::backend::DispatchDevice::Cube(device) => {
-            resolve(requested(), &device.client().properties().identity)
+        burn::backend::DispatchDevice::Cube(device) => pick(requested(), &device.client(), dtype),
+        _ => {
+            let _ = dtype;
+            FlashVariant::Registers
         }
-        _ => FlashVariant::Registers,
     }
 }
 
@@ -166,7 +219,7 @@ pub(crate) fn requested() -> FlashVariant {
 fn env_variant() -> FlashVariant {
     *ENV.get_or_init(|| match std::env::var(FLASH_VARIANT_ENV) {
         Ok(text) if !text.trim().is_empty() => FlashVariant::parse(&text).unwrap_or_else(|| {
-            panic!("{FLASH_VARIANT_ENV}={text:?}: expected auto, registers or shared")
+            panic!("{FLASH_VARIANT_ENV}={text:?}: expected auto, registers, shared or tensor-cores")
         }),
         _ => FlashVariant::Auto,
     })
@@ -186,56 +239,95 @@ pub(crate) fn resolve(
     }
 }
 
-/// Launches of the register and the shared kernel, forward (0, 1) and backward (2, 3).
-#[cfg(feature = "testing")]
-static LAUNCHES: [std::sync::atomic::AtomicU64; 4] = [
-    std::sync::atomic::AtomicU64::new(0),
-    std::sync::atomic::AtomicU64::new(0),
-    std::sync::atomic::AtomicU64::new(0),
-    std::sync::atomic::AtomicU64::new(0),
-];
-
-/// Counts one launch of the shared-memory kernel (`shared`) or the register kernel.
+/// `variant` resolved for a launch on `client` with inputs of `dtype`: [`resolve`], then `Auto`
+/// on a GPU is [`FlashVariant::TensorCores`] where [`cmma_ready`] says the device has them for
+/// the dtype.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub(crate) fn count_launch(shared: bool) {
-    #[cfg(feature = "testing")]
-    LAUNCHES[usize::from(shared)].fetch_add(1, Ordering::Relaxed);
-    #[cfg(not(feature = "testing"))]
-    let _ = shared;
+pub(crate) fn pick(
+    variant: FlashVariant,
+    client: &cubecl::client::Client,
+    dtype: burn::tensor::DType,
+) -> FlashVariant {
+    match resolve(variant, &client.properties().identity) {
+        FlashVariant::Shared if variant == FlashVariant::Auto && cmma_ready(client, dtype) => {
+            FlashVariant::TensorCores
+        }
+        resolved => resolved,
+    }
 }
 
-/// Counts one launch of the shared-memory backward kernel (`shared`) or the register one.
+/// Whether the device runs cooperative matrices of 16x16x16 with `dtype` operands (f16 or
+/// bf16 only) and f32 accumulators, on planes of exactly 32 units (the kernel's planes are
+/// fixed at 32 units; NVIDIA's warps).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) fn cmma_ready(client: &cubecl::client::Client, dtype: burn::tensor::DType) -> bool {
+    use burn::tensor::DType;
+    use cubecl::ir::features::MmaConfig;
+    use cubecl::ir::{ElemType, FloatKind};
+    let operand = match dtype {
+        DType::F16 => ElemType::Float(FloatKind::F16),
+        DType::BF16 => ElemType::Float(FloatKind::BF16),
+        _ => return false,
+    };
+    let properties = client.properties();
+    let hardware = &properties.hardware;
+    hardware.plane_size_min == 32
+        && hardware.plane_size_max == 32
+        && properties.features.matmul.cmma.contains(&MmaConfig {
+            a_type: operand,
+            b_type: operand,
+            cd_type: ElemType::Float(FloatKind::F32),
+            m: 16,
+            n: 16,
+            k: 16,
+        })
+}
+
+/// Launches of the register, shared and tensor-core kernels, forward (0, 1, 2) and backward
+/// (3, 4, 5).
+#[cfg(feature = "testing")]
+static LAUNCHES: [std::sync::atomic::AtomicU64; 6] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 6];
+
+/// Counts one launch of `variant`'s forward kernel (resolved: never `Auto`).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) fn count_launch(variant: FlashVariant) {
+    #[cfg(feature = "testing")]
+    if let Some(at) = variant.slot() {
+        LAUNCHES[at].fetch_add(1, Ordering::Relaxed);
+    }
+    #[cfg(not(feature = "testing"))]
+    let _ = variant;
+}
+
+/// Counts one launch of `variant`'s backward kernel (resolved: never `Auto`).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[cfg_attr(not(feature = "autodiff"), allow(dead_code))]
-pub(crate) fn count_backward_launch(shared: bool) {
+pub(crate) fn count_backward_launch(variant: FlashVariant) {
     #[cfg(feature = "testing")]
-    LAUNCHES[2 + usize::from(shared)].fetch_add(1, Ordering::Relaxed);
+    if let Some(at) = variant.slot() {
+        LAUNCHES[3 + at].fetch_add(1, Ordering::Relaxed);
+    }
     #[cfg(not(feature = "testing"))]
-    let _ = shared;
+    let _ = variant;
 }
 
-/// How many times this process launched the `Registers` or the `Shared` backward kernel, on
-/// any thread; 0 for `Auto`. Only with the `testing` feature.
+/// How many times this process launched `variant`'s backward kernel, on any thread; 0 for
+/// `Auto`. Only with the `testing` feature.
 #[cfg(feature = "testing")]
 pub fn flash_variant_backward_launches(variant: FlashVariant) -> u64 {
-    let at = match variant {
-        FlashVariant::Auto => return 0,
-        FlashVariant::Registers => 2,
-        FlashVariant::Shared => 3,
-    };
-    LAUNCHES[at].load(Ordering::Relaxed)
+    variant
+        .slot()
+        .map_or(0, |at| LAUNCHES[3 + at].load(Ordering::Relaxed))
 }
 
-/// How many times this process launched the `Registers` or the `Shared` kernel, on any thread
-/// (a fused op runs where its stream runs); 0 for `Auto`. Only with the `testing` feature.
+/// How many times this process launched `variant`'s forward kernel, on any thread (a fused op
+/// runs where its stream runs); 0 for `Auto`. Only with the `testing` feature.
 #[cfg(feature = "testing")]
 pub fn flash_variant_launches(variant: FlashVariant) -> u64 {
-    let at = match variant {
-        FlashVariant::Auto => return 0,
-        FlashVariant::Registers => 0,
-        FlashVariant::Shared => 1,
-    };
-    LAUNCHES[at].load(Ordering::Relaxed)
+    variant
+        .slot()
+        .map_or(0, |at| LAUNCHES[at].load(Ordering::Relaxed))
 }
 
 #[cfg(test)]
@@ -250,11 +342,16 @@ mod tests {
             Some(FlashVariant::Registers)
         );
         assert_eq!(FlashVariant::parse("auto"), Some(FlashVariant::Auto));
-        assert_eq!(FlashVariant::parse("tensor-cores"), None);
+        assert_eq!(
+            FlashVariant::parse("Tensor-Cores"),
+            Some(FlashVariant::TensorCores)
+        );
+        assert_eq!(FlashVariant::parse("tensor cores"), None);
         for v in [
             FlashVariant::Auto,
             FlashVariant::Registers,
             FlashVariant::Shared,
+            FlashVariant::TensorCores,
         ] {
             assert_eq!(FlashVariant::from_code(v.code()), v);
         }

@@ -41,7 +41,7 @@ use super::{
     query_place, storage_types,
 };
 use crate::attention::tile::BiasKind;
-use crate::attention::variant::{FlashVariant, count_backward_launch, resolve};
+use crate::attention::variant::{FlashVariant, cmma_ready, count_backward_launch, pick};
 use crate::attention::{Sizes, check_sizes};
 
 /// One launch over `(key_tiles + query tiles, n_kv_heads, batch)` cubes of `CUBE_DIM_X` units;
@@ -379,11 +379,162 @@ pub(crate) fn launch_backward(
         return (dq, dk, dv, zeros_bias());
     }
     let group = sizes.n_heads / sizes.n_kv_heads;
-    // The variant the caller chose (or the adapter's), as the forward picks its kernel; the
-    // shared one where the device can hold its stages.
     let properties = client.properties();
-    let shared = match resolve(tile.variant, &properties.identity) {
-        FlashVariant::Shared => {
+    let variant = pick(tile.variant, &client, dtype);
+    let bias_width = match tile.kind {
+        _ if !args.wanted.bias => 0,
+        BiasKind::None => 0,
+        BiasKind::Alibi => 1,
+        BiasKind::ByDistance { reach } => 2 * reach + 1,
+    };
+    // Registers for a unit's bias gradient: a table's width rounded up to a power of two, so
+    // that tables of nearby reaches share one compiled kernel (each variant is seconds of
+    // LLVM on lavapipe); one slot for a slope or none. Whether it is wanted at all is a
+    // run-time flag (`BIAS_GRAD`), as ALiBi's is: no kernel of its own.
+    let bias_slots = if bias_width > 1 {
+        bias_width.next_power_of_two()
+    } else {
+        1
+    };
+    // D = rowsum(dO * O) in f32, [batch, n_heads, seq_q, 1].
+    let f32_of = |t: CubeTensor| {
+        if dtype == DType::F32 {
+            t
+        } else {
+            CubeBackend::float_cast(t, FloatDType::F32)
+        }
+    };
+    let delta = CubeBackend::float_sum_dim(
+        CubeBackend::float_mul(f32_of(grad.clone()), f32_of(output)),
+        3,
+    );
+    let dtypes = storage_types(dtype, &positions, &segments, &padding);
+    let u32_of = |v: usize, what: &str| {
+        u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
+    };
+    let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
+    // The bias's gradient from the units' (or rows') partial sums `[batch, n_heads, slots,
+    // width]`: summed over the batch and the slots, in the bias's shape and dtype.
+    let sum_bias = |partial: CubeTensor| {
+        if bias_width == 0 {
+            return zeros_bias();
+        }
+        let by_head = CubeBackend::float_sum_dim(CubeBackend::float_sum_dim(partial, 2), 0);
+        let summed = CubeBackend::float_reshape(by_head, bias_shape.clone());
+        if dtype == DType::F32 {
+            summed
+        } else {
+            CubeBackend::float_cast(summed, FloatDType::from(dtype))
+        }
+    };
+
+    if variant == FlashVariant::TensorCores
+        && let Some(plan) =
+            super::backward_tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
+    {
+        use super::backward_tensor_cores::{flash_tc_keys_kernel, flash_tc_queries_kernel};
+        use super::tensor_cores::{PLANE, TILE};
+        count_backward_launch(FlashVariant::TensorCores);
+        let emulate = !cmma_ready(&client, dtype);
+        let rows = plan.tiles * TILE;
+        let query_tiles = sizes.seq_q.div_ceil(rows);
+        let partial = empty(
+            Shape::new([
+                sizes.batch,
+                sizes.n_heads,
+                query_tiles * rows,
+                bias_width.max(1),
+            ]),
+            DType::F32,
+        );
+        let mut values = ScalarValues::new(&sizes, tile, rows, &positions, dtype, 0);
+        if bias_width > 0 {
+            values.flags |= BIAS_GRAD;
+        }
+        let key_units = plan.key_planes * PLANE;
+        // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted (grad
+        // `[batch, n_heads, seq_q, d_v]`, lse and delta `[batch, n_heads, seq_q, 1]`, as the
+        // forward and the line above wrote them). Key cubes read and write k, v, dk, dv at keys
+        // `j < seq_k` of their (sequence, kv head), columns below `d_head`, `d_v`, and read q,
+        // grad, lse, delta at rows `i < i_hi <= seq_q` of the group's heads; query cubes read
+        // and write q, grad, dq, lse, delta at rows `i < seq_q` of heads `< n_heads`, k and v at
+        // keys `j < k_hi <= seq_k`, and each row owner its own `width` entries of `partial`,
+        // whose shape counts every row of every query tile. The bias, positions, segments and
+        // padding are read as the forward reads them; shared memory as the plan fitted it.
+        unsafe {
+            flash_tc_keys_kernel::launch_unchecked(
+                &client,
+                CubeCount::Static(
+                    u32_of(
+                        sizes.seq_k.div_ceil(key_units / PLANE * TILE),
+                        "the key tiles",
+                    ),
+                    u32_of(sizes.n_kv_heads, "n_kv_heads"),
+                    u32_of(sizes.batch, "batch"),
+                ),
+                CubeDim::new_1d(u32_of(key_units, "the cube's units")),
+                contiguous(q.clone()),
+                contiguous(k.clone()),
+                contiguous(v.clone()),
+                contiguous(bias.clone()),
+                contiguous(padding.clone()),
+                contiguous(positions.clone()),
+                contiguous(segments.clone()),
+                contiguous(delta.clone()),
+                contiguous(lse.clone()),
+                contiguous(grad.clone()),
+                dk.clone().into_tensor_arg(),
+                dv.clone().into_tensor_arg(),
+                values.launch(),
+                sizes.d_head,
+                sizes.d_v,
+                group,
+                plan.key_planes,
+                emulate,
+                dtypes,
+            );
+            flash_tc_queries_kernel::launch_unchecked(
+                &client,
+                CubeCount::Static(
+                    u32_of(query_tiles, "the query tiles"),
+                    u32_of(
+                        sizes.n_kv_heads * (group / plan.span),
+                        "the key/value heads times their runs of heads",
+                    ),
+                    u32_of(sizes.batch, "batch"),
+                ),
+                CubeDim::new_1d(u32_of(plan.span * plan.tiles * PLANE, "the cube's units")),
+                contiguous(q),
+                contiguous(k),
+                contiguous(v),
+                contiguous(bias),
+                contiguous(padding),
+                contiguous(positions),
+                contiguous(segments),
+                contiguous(delta),
+                contiguous(lse),
+                contiguous(grad),
+                dq.clone().into_tensor_arg(),
+                partial.clone().into_tensor_arg(),
+                values.launch(),
+                sizes.d_head,
+                sizes.d_v,
+                group,
+                plan.span,
+                plan.tiles,
+                bias_slots,
+                emulate,
+                dtypes,
+            );
+        }
+        let dbias = sum_bias(partial);
+        return (dq, dk, dv, dbias);
+    }
+
+    // The variant the caller chose (or the adapter's), as the forward picks its kernel; the
+    // shared one where the device can hold its stages (the tensor-core one's fallback too).
+    let shared = match variant {
+        FlashVariant::Shared | FlashVariant::TensorCores => {
             super::backward_shared::plan(&sizes, group, dtype.size(), &properties.hardware)
         }
         _ => None,
@@ -404,53 +555,21 @@ pub(crate) fn launch_backward(
     let units_per_head = rows / per_unit;
     let key_tiles = sizes.seq_k.div_ceil(units * per_unit);
     let query_tiles = sizes.seq_q.div_ceil(rows);
-    let bias_width = match tile.kind {
-        _ if !args.wanted.bias => 0,
-        BiasKind::None => 0,
-        BiasKind::Alibi => 1,
-        BiasKind::ByDistance { reach } => 2 * reach + 1,
-    };
-    // Registers for a unit's bias gradient: a table's width rounded up to a power of two, so
-    // that tables of nearby reaches share one compiled kernel (each variant is seconds of
-    // LLVM on lavapipe); one slot for a slope or none. Whether it is wanted at all is a
-    // run-time flag (`BIAS_GRAD`), as ALiBi's is: no kernel of its own.
-    let bias_slots = if bias_width > 1 {
-        bias_width.next_power_of_two()
-    } else {
-        1
-    };
     // The units' bias gradients, f32: [batch, n_heads, query_tiles x units_per_head, width].
     let slots = query_tiles * units_per_head;
     let partial = empty(
         Shape::new([sizes.batch, sizes.n_heads, slots, bias_width.max(1)]),
         DType::F32,
     );
-    // D = rowsum(dO * O) in f32, [batch, n_heads, seq_q, 1].
-    let f32_of = |t: CubeTensor| {
-        if dtype == DType::F32 {
-            t
-        } else {
-            CubeBackend::float_cast(t, FloatDType::F32)
-        }
-    };
-    let delta = CubeBackend::float_sum_dim(
-        CubeBackend::float_mul(f32_of(grad.clone()), f32_of(output)),
-        3,
-    );
     let mut values = ScalarValues::new(&sizes, tile, rows, &positions, dtype, key_tiles);
     if bias_width > 0 {
         values.flags |= BIAS_GRAD;
     }
-    let dtypes = storage_types(dtype, &positions, &segments, &padding);
-    let u32_of = |v: usize, what: &str| {
-        u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
-    };
     let count = CubeCount::Static(
         u32_of(key_tiles + query_tiles, "the backward's tiles"),
         u32_of(sizes.n_kv_heads, "n_kv_heads"),
         u32_of(sizes.batch, "batch"),
     );
-    let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
     // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted (output and
     // grad `[batch, n_heads, seq_q, d_v]`, lse and delta `[batch, n_heads, seq_q, 1]`, as the forward
     // wrote them); key cubes read and write k, v, dk, dv at keys `j < seq_k` of their
@@ -491,7 +610,11 @@ pub(crate) fn launch_backward(
             }
         };
     }
-    count_backward_launch(stage.is_some());
+    count_backward_launch(if stage.is_some() {
+        FlashVariant::Shared
+    } else {
+        FlashVariant::Registers
+    });
     match stage {
         Some(stage) => launch_with!(
             super::backward_shared::flash_backward_shared_kernel::launch_unchecked,
@@ -499,17 +622,6 @@ pub(crate) fn launch_backward(
         ),
         None => launch_with!(flash_backward_kernel::launch_unchecked),
     }
-    let dbias = if bias_width == 0 {
-        zeros_bias()
-    } else {
-        // Sum over the batch and the units: [n_heads, width], then the bias's shape and dtype.
-        let by_head = CubeBackend::float_sum_dim(CubeBackend::float_sum_dim(partial, 2), 0);
-        let summed = CubeBackend::float_reshape(by_head, bias_shape);
-        if dtype == DType::F32 {
-            summed
-        } else {
-            CubeBackend::float_cast(summed, FloatDType::from(dtype))
-        }
-    };
+    let dbias = sum_bias(partial);
     (dq, dk, dv, dbias)
 }

@@ -25,9 +25,11 @@
 
 mod backward;
 mod backward_shared;
+mod backward_tensor_cores;
 mod backward_units;
 mod registers;
 mod split;
+mod tensor_cores;
 
 pub(crate) use backward::launch_backward;
 mod shared;
@@ -39,7 +41,7 @@ use cubecl::prelude::*;
 
 use super::check_sizes;
 use super::tile::{BiasKind, TileArgs};
-use super::variant::{FlashVariant, count_launch, resolve};
+use super::variant::{FlashVariant, cmma_ready, count_launch, pick};
 
 /// A hidden score (WGSL has no infinity literal): `exp(HIDDEN - m)` is 0 for any real `m`.
 const HIDDEN: f32 = -1.0e30;
@@ -498,12 +500,76 @@ pub(crate) fn launch(
     );
     let group = sizes.n_heads / sizes.n_kv_heads;
     let properties = client.properties();
-    let plan = match resolve(args.variant, &properties.identity) {
-        FlashVariant::Shared => shared::plan(&sizes, group, dtype.size(), &properties.hardware),
+    let variant = pick(args.variant, &client, dtype);
+    if variant == FlashVariant::TensorCores
+        && let Some(plan) = tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
+    {
+        count_launch(FlashVariant::TensorCores);
+        let emulate = !cmma_ready(&client, dtype);
+        let values = ScalarValues::new(&sizes, args, plan.rows(), &positions, dtype, 0);
+        let dtypes = storage_types(dtype, &positions, &segments, &padding);
+        let u32_of = |v: usize, what: &str| {
+            u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
+        };
+        let count = CubeCount::Static(
+            u32_of(sizes.seq_q.div_ceil(plan.rows()), "the query tiles"),
+            u32_of(
+                sizes.n_kv_heads * (group / plan.span),
+                "the key/value heads times their runs of heads",
+            ),
+            u32_of(sizes.batch, "batch"),
+        );
+        let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
+        // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; q,
+        // the output and the log-sum-exp are read and written at rows `i < seq_q` of heads
+        // `kv_head * group + run * span + w / tiles < n_heads`; k and v at keys `j < k_hi <=
+        // seq_k` of this cube's (sequence, kv head), columns below `d_head` and `d_v`; the
+        // bias, positions, segments and padding as the other kernels read them; shared memory
+        // indices stay below the sizes the kernel declares, which the plan fitted to the
+        // device (as its units per cube).
+        unsafe {
+            tensor_cores::flash_tensor_cores_kernel::launch_unchecked(
+                &client,
+                count,
+                CubeDim::new_1d(u32_of(
+                    plan.planes() * tensor_cores::PLANE,
+                    "the cube's units",
+                )),
+                contiguous(q),
+                contiguous(k),
+                contiguous(v),
+                contiguous(bias),
+                contiguous(padding),
+                contiguous(positions),
+                contiguous(segments),
+                output.clone().into_tensor_arg(),
+                lse.clone().into_tensor_arg(),
+                values.launch(),
+                sizes.d_head,
+                sizes.d_v,
+                plan.stage,
+                group,
+                plan.span,
+                plan.tiles,
+                emulate,
+                dtypes,
+            )
+        }
+        return (output, lse);
+    }
+    // The tensor-core kernel falls back to the shared one where it does not fit.
+    let plan = match variant {
+        FlashVariant::Shared | FlashVariant::TensorCores => {
+            shared::plan(&sizes, group, dtype.size(), &properties.hardware)
+        }
         _ => None,
     }
     .unwrap_or_else(|| registers::plan(&sizes, group));
-    count_launch(plan.stage.is_some());
+    count_launch(if plan.stage.is_some() {
+        FlashVariant::Shared
+    } else {
+        FlashVariant::Registers
+    });
     let mut values = ScalarValues::new(&sizes, args, plan.rows, &positions, dtype, 0);
     let query_tiles = sizes.seq_q.div_ceil(plan.rows);
     let splits = match plan.stage {

@@ -1,0 +1,662 @@
+//! The tensor-core backward ([`FlashVariant::TensorCores`](super::FlashVariant)):
+//! FlashAttention-2's backward with its six block products on cooperative matrices, in two
+//! launches of planes of 32 units, every product's operands in shared memory (heads padded
+//! with zeros to a multiple of 16), as the forward (`tensor_cores.rs`):
+//!
+//! - **keys** ([`flash_tc_keys_kernel`]): plane `w` owns 16 keys and values of one key/value
+//!   head with their gradients `dK`, `dV` (f32). The cube walks, for each head of the group,
+//!   the blocks of 16 query rows that can see its keys: all units stage the block's `Q`, `dO`,
+//!   log-sum-exp, `D = rowsum(dO * O)` and places; each plane computes `Sᵀ = K Qᵀ` and
+//!   `dPᵀ = V dOᵀ`, its units turn each entry into `Pᵀ = exp(x - lse)` and
+//!   `dSᵀ = Pᵀ (dPᵀ - D)` times the softcap's slope (8 entries a unit), stored in the storage
+//!   dtype, then `dV += Pᵀ dO` and `dK += dSᵀ Q`;
+//! - **queries** ([`flash_tc_queries_kernel`]): plane `w` owns 16 query rows of one head (the
+//!   forward's tiles) with their `dQ` (f32); the cube walks blocks of 16 keys: `S = Q Kᵀ`,
+//!   `dP = dO Vᵀ`, then units 0..16 one row each: `dS`, the bias's gradient in registers (ALiBi's
+//!   `-sum dS |rel|`, a table's entry per clamped distance), `dS` times the softcap's slope;
+//!   then `dQ += dS K`.
+//!
+//! `dK` and `dQ` are written times the score scale. Products are `cmma`, or the plane's units
+//! in f32 where the device has none for the dtype (`emulate`, what CI runs).
+
+// Kernel code is CubeCL's Rust subset: one argument per launch value.
+#![allow(clippy::too_many_arguments)]
+// Only the autodiff node calls the backward.
+#![cfg_attr(not(feature = "autodiff"), allow(dead_code))]
+
+use cubecl::ir::HardwareProperties;
+use cubecl::prelude::*;
+
+use super::backward_units::{cap_slope, probability, query_range};
+use super::tensor_cores::{PLANE, TILE, tile_product};
+use super::{ALIBI, BIAS_GRAD, Scalars, final_score, head_bias, key_place, key_range, query_place};
+use crate::attention::Sizes;
+
+/// The most shared memory one cube takes, in bytes (as the forward).
+const MAX_SHARED_BYTES: usize = 48 * 1024;
+/// The most planes in a cube.
+const MAX_PLANES: usize = 4;
+
+/// Key cubes: `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)` = (run of `16 x planes` keys, key/value
+/// head, sequence); see the module. `delta` is `[batch, n_heads, seq_q]` in `C`.
+#[cube(launch_unchecked)]
+pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    bias: &Tensor<F>,
+    padding: &Tensor<P>,
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    delta: &Tensor<C>,
+    lse: &Tensor<F>,
+    grad: &Tensor<F>,
+    dk: &mut Tensor<F>,
+    dv: &mut Tensor<F>,
+    p: Scalars,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] group: usize,
+    #[comptime] planes: usize,
+    #[comptime] emulate: bool,
+    #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
+) {
+    let dh = comptime!(d_head.next_multiple_of(TILE));
+    let dvp = comptime!(d_v.next_multiple_of(TILE));
+    let seq_q = p.seq_q as usize;
+    let seq_k = p.seq_k as usize;
+    let n_heads = p.n_heads as usize;
+    let kv_head = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let unit = UNIT_POS_X as usize;
+    let units = CUBE_DIM_X as usize;
+    let w = unit / PLANE;
+    let lane = unit % PLANE;
+    let cube_j0 = CUBE_POS_X as usize * comptime!(planes * TILE);
+    let kv_base = (b * CUBE_COUNT_Y as usize + kv_head) * seq_k;
+
+    // The cube's keys and values (zeros past `seq_k` and the widths), their gradients, places.
+    let mut k_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * dh));
+    let mut v_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * dvp));
+    let mut dk_s = Shared::<[C]>::new_slice(comptime!(planes * TILE * dh));
+    let mut dv_s = Shared::<[C]>::new_slice(comptime!(planes * TILE * dvp));
+    let mut kp_s = Shared::<[i32]>::new_slice(comptime!(planes * TILE));
+    let mut seen_s = Shared::<[u32]>::new_slice(comptime!(planes * TILE));
+    let mut kseg_s = Shared::<[i32]>::new_slice(comptime!(planes * TILE));
+    // A block of query rows: Q, dO, and per row its lse, D, place and whether it exists.
+    let mut q_s = Shared::<[F]>::new_slice(comptime!(TILE * dh));
+    let mut do_s = Shared::<[F]>::new_slice(comptime!(TILE * dvp));
+    let mut lse_s = Shared::<[C]>::new_slice(TILE);
+    let mut delta_s = Shared::<[C]>::new_slice(TILE);
+    let mut qp_s = Shared::<[i32]>::new_slice(TILE);
+    let mut qseg_s = Shared::<[i32]>::new_slice(TILE);
+    let mut row_s = Shared::<[u32]>::new_slice(TILE);
+    // Each plane's Sᵀ and dPᵀ (f32), then Pᵀ and dSᵀ in the storage dtype.
+    let mut st_s = Shared::<[C]>::new_slice(comptime!(planes * TILE * TILE));
+    let mut dpt_s = Shared::<[C]>::new_slice(comptime!(planes * TILE * TILE));
+    let mut pt_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * TILE));
+    let mut dst_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * TILE));
+
+    let mut e = unit;
+    while e < comptime!(planes * TILE * dh) {
+        let j = cube_j0 + e / dh;
+        let col = e % dh;
+        let mut x = F::new(0.0);
+        if j < seq_k && col < d_head {
+            x = k[(kv_base + j) * d_head + col];
+        }
+        k_s[e] = x;
+        dk_s[e] = C::new(0.0);
+        e += units;
+    }
+    e = unit;
+    while e < comptime!(planes * TILE * dvp) {
+        let j = cube_j0 + e / dvp;
+        let col = e % dvp;
+        let mut x = F::new(0.0);
+        if j < seq_k && col < d_v {
+            x = v[(kv_base + j) * d_v + col];
+        }
+        v_s[e] = x;
+        dv_s[e] = C::new(0.0);
+        e += units;
+    }
+    let mut c = unit;
+    while c < comptime!(planes * TILE) {
+        let j = cube_j0 + c;
+        let (kp, seen, key_segment) = key_place(positions, segments, padding, &p, b, j, j < seq_k);
+        kp_s[c] = kp;
+        let mut bit = 0u32;
+        if seen {
+            bit = 1u32;
+        }
+        seen_s[c] = bit;
+        kseg_s[c] = key_segment;
+        c += units;
+    }
+
+    let scale = C::cast_from(p.scale);
+    let mut cube_j1 = seq_k;
+    if cube_j0 + comptime!(planes * TILE) < seq_k {
+        cube_j1 = cube_j0 + comptime!(planes * TILE);
+    }
+    let mut i_lo = 0;
+    let mut i_hi = 0;
+    if cube_j0 < seq_k {
+        let (lo, hi) = query_range(&p, cube_j0, cube_j1);
+        i_lo = lo;
+        i_hi = hi;
+    }
+    for g in 0..group {
+        let head = kv_head * group + g;
+        let (slope, table_base) = head_bias::<F, C>(bias, &p, head);
+        let mut ib = i_lo;
+        while ib < i_hi {
+            // The block's rows `ib..ib + 16` (zeros past `i_hi`: their weights are 0).
+            sync_cube();
+            e = unit;
+            while e < comptime!(TILE * dh) {
+                let i = ib + e / dh;
+                let col = e % dh;
+                let mut x = F::new(0.0);
+                if i < i_hi && col < d_head {
+                    x = q[((b * n_heads + head) * seq_q + i) * d_head + col];
+                }
+                q_s[e] = x;
+                e += units;
+            }
+            e = unit;
+            while e < comptime!(TILE * dvp) {
+                let i = ib + e / dvp;
+                let col = e % dvp;
+                let mut x = F::new(0.0);
+                if i < i_hi && col < d_v {
+                    x = grad[((b * n_heads + head) * seq_q + i) * d_v + col];
+                }
+                do_s[e] = x;
+                e += units;
+            }
+            if unit < TILE {
+                let i = ib + unit;
+                let mut row_lse = C::new(0.0);
+                let mut row_delta = C::new(0.0);
+                let mut exists = 0u32;
+                if i < i_hi {
+                    let row = (b * n_heads + head) * seq_q + i;
+                    row_lse = C::cast_from(lse[row]);
+                    row_delta = delta[row];
+                    exists = 1u32;
+                }
+                let (position, segment) = query_place(positions, segments, &p, b, i);
+                lse_s[unit] = row_lse;
+                delta_s[unit] = row_delta;
+                qp_s[unit] = position;
+                qseg_s[unit] = segment;
+                row_s[unit] = exists;
+            }
+            sync_cube();
+
+            // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for the plane's 16 keys.
+            tile_product::<F, C>(
+                &k_s,
+                w * TILE * dh,
+                dh,
+                false,
+                &q_s,
+                0,
+                dh,
+                true,
+                &mut st_s,
+                w * TILE * TILE,
+                TILE,
+                dh,
+                false,
+                lane,
+                emulate,
+            );
+            tile_product::<F, C>(
+                &v_s,
+                w * TILE * dvp,
+                dvp,
+                false,
+                &do_s,
+                0,
+                dvp,
+                true,
+                &mut dpt_s,
+                w * TILE * TILE,
+                TILE,
+                dvp,
+                false,
+                lane,
+                emulate,
+            );
+            sync_cube();
+
+            // Pᵀ and dSᵀ, entry (key kk, row rr), 8 a unit.
+            #[unroll]
+            for t in 0..comptime!(TILE * TILE / PLANE) {
+                let at = lane + t * PLANE;
+                let kk = at / TILE;
+                let rr = at % TILE;
+                let key = w * TILE + kk;
+                let raw = st_s[w * TILE * TILE + at] * scale;
+                let x = final_score::<F, C>(
+                    raw,
+                    kp_s[key] - qp_s[rr],
+                    seen_s[key] == 1 && row_s[rr] == 1,
+                    qseg_s[rr],
+                    kseg_s[key],
+                    bias,
+                    slope,
+                    table_base,
+                    &p,
+                );
+                let weight = probability::<C>(x, lse_s[rr]);
+                let ds =
+                    weight * (dpt_s[w * TILE * TILE + at] - delta_s[rr]) * cap_slope::<C>(raw, &p);
+                pt_s[w * TILE * TILE + at] = F::cast_from(weight);
+                dst_s[w * TILE * TILE + at] = F::cast_from(ds);
+            }
+            sync_cube();
+
+            // dV += Pᵀ dO and dK += dSᵀ Q, 16 columns at a time.
+            #[unroll]
+            for t in 0..comptime!(dvp / TILE) {
+                tile_product::<F, C>(
+                    &pt_s,
+                    w * TILE * TILE,
+                    TILE,
+                    false,
+                    &do_s,
+                    t * TILE,
+                    dvp,
+                    false,
+                    &mut dv_s,
+                    w * TILE * dvp + t * TILE,
+                    dvp,
+                    TILE,
+                    true,
+                    lane,
+                    emulate,
+                );
+            }
+            #[unroll]
+            for t in 0..comptime!(dh / TILE) {
+                tile_product::<F, C>(
+                    &dst_s,
+                    w * TILE * TILE,
+                    TILE,
+                    false,
+                    &q_s,
+                    t * TILE,
+                    dh,
+                    false,
+                    &mut dk_s,
+                    w * TILE * dh + t * TILE,
+                    dh,
+                    TILE,
+                    true,
+                    lane,
+                    emulate,
+                );
+            }
+            ib += TILE;
+        }
+    }
+    sync_cube();
+
+    e = unit;
+    while e < comptime!(planes * TILE * dh) {
+        let j = cube_j0 + e / dh;
+        let col = e % dh;
+        if j < seq_k && col < d_head {
+            dk[(kv_base + j) * d_head + col] = F::cast_from(dk_s[e] * scale);
+        }
+        e += units;
+    }
+    e = unit;
+    while e < comptime!(planes * TILE * dvp) {
+        let j = cube_j0 + e / dvp;
+        let col = e % dvp;
+        if j < seq_k && col < d_v {
+            dv[(kv_base + j) * d_v + col] = F::cast_from(dv_s[e]);
+        }
+        e += units;
+    }
+}
+
+/// Query cubes: `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)` = (query tile of `16 x tiles` rows,
+/// key/value head and run of `span` of its heads, sequence), planes as the forward's; see the
+/// module. `dbias` holds each row's bias gradient, `[batch, n_heads, query tiles x 16 x tiles,
+/// width]` in `C` (unwritten when not wanted).
+#[cube(launch_unchecked)]
+pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    bias: &Tensor<F>,
+    padding: &Tensor<P>,
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    delta: &Tensor<C>,
+    lse: &Tensor<F>,
+    grad: &Tensor<F>,
+    dq: &mut Tensor<F>,
+    dbias: &mut Tensor<C>,
+    p: Scalars,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] group: usize,
+    #[comptime] span: usize,
+    #[comptime] tiles: usize,
+    #[comptime] bias_slots: usize,
+    #[comptime] emulate: bool,
+    #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
+) {
+    let dh = comptime!(d_head.next_multiple_of(TILE));
+    let dvp = comptime!(d_v.next_multiple_of(TILE));
+    let planes = comptime!(span * tiles);
+    let runs = comptime!(group / span);
+    let seq_q = p.seq_q as usize;
+    let seq_k = p.seq_k as usize;
+    let n_heads = p.n_heads as usize;
+    let kv_head = CUBE_POS_Y as usize / runs;
+    let run = CUBE_POS_Y as usize % runs;
+    let b = CUBE_POS_Z as usize;
+    let unit = UNIT_POS_X as usize;
+    let units = CUBE_DIM_X as usize;
+    let w = unit / PLANE;
+    let lane = unit % PLANE;
+    let r0 = CUBE_POS_X as usize * p.rows as usize;
+    let first_head = kv_head * group + run * span;
+    let head = first_head + w / tiles;
+    let i0 = r0 + (w % tiles) * TILE;
+    let kv_base = (b * (n_heads / group) + kv_head) * seq_k;
+
+    let mut q_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * dh));
+    let mut do_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * dvp));
+    let mut dq_s = Shared::<[C]>::new_slice(comptime!(planes * TILE * dh));
+    let mut k_s = Shared::<[F]>::new_slice(comptime!(TILE * dh));
+    let mut v_s = Shared::<[F]>::new_slice(comptime!(TILE * dvp));
+    let mut kp_s = Shared::<[i32]>::new_slice(TILE);
+    let mut seen_s = Shared::<[u32]>::new_slice(TILE);
+    let mut kseg_s = Shared::<[i32]>::new_slice(TILE);
+    let mut s_s = Shared::<[C]>::new_slice(comptime!(planes * TILE * TILE));
+    let mut dp_s = Shared::<[C]>::new_slice(comptime!(planes * TILE * TILE));
+    let mut ds_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * TILE));
+
+    let mut e = unit;
+    while e < comptime!(planes * TILE * dh) {
+        let pw = e / comptime!(TILE * dh);
+        let i = r0 + (pw % tiles) * TILE + (e / dh) % TILE;
+        let col = e % dh;
+        let mut x = F::new(0.0);
+        if i < seq_q && col < d_head {
+            x = q[((b * n_heads + first_head + pw / tiles) * seq_q + i) * d_head + col];
+        }
+        q_s[e] = x;
+        dq_s[e] = C::new(0.0);
+        e += units;
+    }
+    e = unit;
+    while e < comptime!(planes * TILE * dvp) {
+        let pw = e / comptime!(TILE * dvp);
+        let i = r0 + (pw % tiles) * TILE + (e / dvp) % TILE;
+        let col = e % dvp;
+        let mut x = F::new(0.0);
+        if i < seq_q && col < d_v {
+            x = grad[((b * n_heads + first_head + pw / tiles) * seq_q + i) * d_v + col];
+        }
+        do_s[e] = x;
+        e += units;
+    }
+
+    // The row a unit 0..16 owns, and its share of the bias's gradient.
+    let r = lane % TILE;
+    let owner = lane < TILE;
+    let i = i0 + r;
+    let row_exists = i < seq_q;
+    let (position, segment) = query_place(positions, segments, &p, b, i);
+    let mut row_lse = C::new(0.0);
+    let mut row_delta = C::new(0.0);
+    if row_exists {
+        let row = (b * n_heads + head) * seq_q + i;
+        row_lse = C::cast_from(lse[row]);
+        row_delta = delta[row];
+    }
+    let (slope, table_base) = head_bias::<F, C>(bias, &p, head);
+    let wanted = (p.flags & BIAS_GRAD) != 0;
+    let mut dbs = Array::<C>::new(bias_slots);
+    for s in 0..bias_slots {
+        dbs[s] = C::new(0.0);
+    }
+    let scale = C::cast_from(p.scale);
+
+    let (k_lo, k_hi) = key_range(&p, r0);
+    let mut j0 = k_lo;
+    while j0 < k_hi {
+        sync_cube();
+        e = unit;
+        while e < comptime!(TILE * dh) {
+            let j = j0 + e / dh;
+            let col = e % dh;
+            let mut x = F::new(0.0);
+            if j < k_hi && col < d_head {
+                x = k[(kv_base + j) * d_head + col];
+            }
+            k_s[e] = x;
+            e += units;
+        }
+        e = unit;
+        while e < comptime!(TILE * dvp) {
+            let j = j0 + e / dvp;
+            let col = e % dvp;
+            let mut x = F::new(0.0);
+            if j < k_hi && col < d_v {
+                x = v[(kv_base + j) * d_v + col];
+            }
+            v_s[e] = x;
+            e += units;
+        }
+        if unit < TILE {
+            let j = j0 + unit;
+            let (kp, seen, key_segment) =
+                key_place(positions, segments, padding, &p, b, j, j < k_hi);
+            kp_s[unit] = kp;
+            let mut bit = 0u32;
+            if seen {
+                bit = 1u32;
+            }
+            seen_s[unit] = bit;
+            kseg_s[unit] = key_segment;
+        }
+        sync_cube();
+
+        // S = Q Kᵀ and dP = dO Vᵀ for the plane's 16 rows.
+        tile_product::<F, C>(
+            &q_s,
+            w * TILE * dh,
+            dh,
+            false,
+            &k_s,
+            0,
+            dh,
+            true,
+            &mut s_s,
+            w * TILE * TILE,
+            TILE,
+            dh,
+            false,
+            lane,
+            emulate,
+        );
+        tile_product::<F, C>(
+            &do_s,
+            w * TILE * dvp,
+            dvp,
+            false,
+            &v_s,
+            0,
+            dvp,
+            true,
+            &mut dp_s,
+            w * TILE * TILE,
+            TILE,
+            dvp,
+            false,
+            lane,
+            emulate,
+        );
+        sync_cube();
+
+        if owner {
+            let base = w * TILE * TILE + r * TILE;
+            for c in 0..TILE {
+                let raw = s_s[base + c] * scale;
+                let rel = kp_s[c] - position;
+                let x = final_score::<F, C>(
+                    raw,
+                    rel,
+                    seen_s[c] == 1 && row_exists,
+                    segment,
+                    kseg_s[c],
+                    bias,
+                    slope,
+                    table_base,
+                    &p,
+                );
+                let weight = probability::<C>(x, row_lse);
+                let ds = weight * (dp_s[base + c] - row_delta);
+                if weight != C::new(0.0) {
+                    if comptime!(bias_slots == 1) && wanted && (p.flags & ALIBI) != 0 {
+                        let mut distance = rel;
+                        if rel < 0 {
+                            distance = -rel;
+                        }
+                        dbs[0] -= ds * C::cast_from(distance);
+                    }
+                    if comptime!(bias_slots > 1) {
+                        let at = min(max(rel, -p.reach), p.reach) + p.reach;
+                        dbs[at as usize] += ds;
+                    }
+                }
+                ds_s[base + c] = F::cast_from(ds * cap_slope::<C>(raw, &p));
+            }
+        }
+        sync_cube();
+
+        // dQ += dS K, 16 columns at a time.
+        #[unroll]
+        for t in 0..comptime!(dh / TILE) {
+            tile_product::<F, C>(
+                &ds_s,
+                w * TILE * TILE,
+                TILE,
+                false,
+                &k_s,
+                t * TILE,
+                dh,
+                false,
+                &mut dq_s,
+                w * TILE * dh + t * TILE,
+                dh,
+                TILE,
+                true,
+                lane,
+                emulate,
+            );
+        }
+        j0 += TILE;
+    }
+    sync_cube();
+
+    if owner {
+        if row_exists {
+            let row = (b * n_heads + head) * seq_q + i;
+            let base = (w * TILE + r) * dh;
+            for d in 0..d_head {
+                dq[row * d_head + d] = F::cast_from(dq_s[base + d] * scale);
+            }
+        }
+        // Nothing (no gradient wanted), one slope, or the table's `2 reach + 1` entries, at
+        // this row's slot of its head's `query tiles x rows` slots.
+        let mut width = 0;
+        if wanted {
+            width = 1;
+            if comptime!(bias_slots > 1) {
+                width = 2 * p.reach as usize + 1;
+            }
+        }
+        let rows = p.rows as usize;
+        let slots = CUBE_COUNT_X as usize * rows;
+        let slot = CUBE_POS_X as usize * rows + (w % tiles) * TILE + r;
+        let at = ((b * n_heads + head) * slots + slot) * width;
+        for s in 0..width {
+            dbias[at + s] = dbs[s];
+        }
+    }
+}
+
+/// The backward's geometry: the query cubes' `span` and `tiles` (as the forward's), the key
+/// cubes' planes; `None` where one plane of either does not fit the device's shared memory.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct BackwardPlan {
+    pub span: usize,
+    pub tiles: usize,
+    pub key_planes: usize,
+}
+
+pub(super) fn plan(
+    sizes: &Sizes,
+    group: usize,
+    elem_size: usize,
+    hardware: &HardwareProperties,
+) -> Option<BackwardPlan> {
+    let (dh, dvp) = (
+        sizes.d_head.next_multiple_of(TILE),
+        sizes.d_v.next_multiple_of(TILE),
+    );
+    let budget = hardware.max_shared_memory_size.min(MAX_SHARED_BYTES);
+    let max_planes = (hardware.max_units_per_cube as usize / PLANE).min(MAX_PLANES);
+    // Per plane: its keys, values (storage) and their gradients (f32), four 16x16 tiles;
+    // plus one block of query rows.
+    let keys_bytes = |planes: usize| {
+        planes * TILE * ((dh + dvp) * (elem_size + 4) + 12 + TILE * 2 * (4 + elem_size))
+            + TILE * ((dh + dvp) * elem_size + 20)
+    };
+    // Per plane: its rows (storage), dQ (f32), three tiles; plus one block of keys.
+    let queries_bytes = |planes: usize| {
+        planes * TILE * ((dh + dvp) * elem_size + dh * 4 + TILE * (8 + elem_size))
+            + TILE * ((dh + dvp) * elem_size + 12)
+    };
+    let key_planes = [4, 2, 1]
+        .into_iter()
+        .filter(|&n| n <= max_planes)
+        .find(|&n| keys_bytes(n) <= budget)?;
+    let want_tiles = sizes
+        .seq_q
+        .div_ceil(TILE)
+        .next_power_of_two()
+        .min(MAX_PLANES);
+    let spans = (1..=group.min(max_planes))
+        .rev()
+        .filter(|span| group % span == 0);
+    for span in spans {
+        let mut tiles = (max_planes / span).clamp(1, want_tiles.max(1));
+        loop {
+            if queries_bytes(span * tiles) <= budget {
+                return Some(BackwardPlan {
+                    span,
+                    tiles,
+                    key_planes,
+                });
+            }
+            if tiles == 1 {
+                break;
+            }
+            tiles /= 2;
+        }
+    }
+    None
+}

@@ -1,0 +1,463 @@
+//! The tensor-core kernel ([`FlashVariant::TensorCores`](super::FlashVariant)): FlashAttention-2
+//! with its block products on cooperative matrices (CubeCL's `cmma`: NVIDIA's tensor cores on
+//! CUDA, `VK_KHR_cooperative_matrix` on Vulkan), 16x16x16 tiles of f16 or bf16 with f32
+//! accumulators.
+//!
+//! A cube is `planes` planes of 32 units over one tile: `16 x tiles` query rows of each of
+//! `span` heads of a key/value head's group (`planes = span x tiles`); plane `w` owns 16 rows of
+//! one head. Every buffer a product reads or writes lives in shared memory, heads padded with
+//! zeros to a multiple of 16 (`dh`, `dvp`):
+//!
+//! 1. once: each plane's query rows `[16, dh]` (storage dtype) and its output `[16, dvp]`
+//!    (f32, zeros);
+//! 2. per stage of `stage` keys: all units copy the keys `[stage, dh]`, values `[stage, dvp]`
+//!    and where each key sits (position, visibility, segment), as the shared kernel does;
+//! 3. each plane: `S = Q Kᵀ` into its f32 score tile `[16, stage]` (tile products);
+//! 4. each plane's units 0..16, one row each: the per-score formula ([`final_score`]: scale,
+//!    softcap, bias, masks) and the online softmax; the row's output rescaled; the weights `P`
+//!    written in the storage dtype;
+//! 5. each plane: `O += P V` (tile products, the output loaded as the accumulator);
+//! 6. at the end, units 0..16 write `O / l` and `m + ln l`.
+//!
+//! `sync_cube()` separates the steps (uniform control flow: the stage loop's bounds are the
+//! cube's). A tile product is `cmma` where the device has it for the dtype; elsewhere (f32,
+//! WGSL, lavapipe) the plane's 32 units compute the same 16x16 tile in f32, 8 entries each
+//! ([`tile_product`], `emulate`): the same kernel around it, which is what CI runs.
+
+// Kernel code is CubeCL's Rust subset: one argument per launch value.
+#![allow(clippy::too_many_arguments)]
+
+use cubecl::ir::HardwareProperties;
+use cubecl::prelude::*;
+
+use super::{HIDDEN, Scalars, UNSEEN, final_score, head_bias, key_place, key_range, query_place};
+use crate::attention::Sizes;
+
+/// Units per plane: the kernel's planes are exactly this wide (NVIDIA's warp).
+pub(super) const PLANE: usize = 32;
+/// The side of a tile product.
+pub(super) const TILE: usize = 16;
+/// The most shared memory one cube takes, in bytes: what CUDA gives a kernel without opting in.
+const MAX_SHARED_BYTES: usize = 48 * 1024;
+/// The most planes in a cube.
+const MAX_PLANES: usize = 4;
+
+/// `c[16, 16] (+)= a[16, k] b[k, 16]` in f32, by the 32 units `lane` of one plane.
+///
+/// `a` starts at `a_at` with `a_stride` between its rows (or, `a_cols`, between its columns);
+/// `b` likewise (`b_cols`: stored by columns, as `Kᵀ` is in a row-major `K`); `c` row-major
+/// from `c_at`, kept (`accumulate`) or overwritten. `k` is a multiple of 16. With `emulate`
+/// each unit computes 8 entries of `c` (entry `lane + 32 t`) in f32; otherwise one cooperative
+/// matrix product per 16 of `k`, `c` loaded as the accumulator and stored back. Every unit of
+/// the plane must call it (the matrices are the plane's).
+#[cube]
+pub(super) fn tile_product<F: Float, C: Float>(
+    a: &[F],
+    a_at: usize,
+    a_stride: usize,
+    #[comptime] a_cols: bool,
+    b: &[F],
+    b_at: usize,
+    b_stride: usize,
+    #[comptime] b_cols: bool,
+    c: &mut [C],
+    c_at: usize,
+    c_stride: usize,
+    #[comptime] k: usize,
+    #[comptime] accumulate: bool,
+    lane: usize,
+    #[comptime] emulate: bool,
+) {
+    if comptime!(emulate) {
+        #[unroll]
+        for t in 0..comptime!(TILE * TILE / PLANE) {
+            let e = lane + t * PLANE;
+            let r = e / TILE;
+            let col = e % TILE;
+            let mut sum = C::new(0.0);
+            if comptime!(accumulate) {
+                sum = c[c_at + r * c_stride + col];
+            }
+            for kk in 0..k {
+                let mut ai = a_at + r * a_stride + kk;
+                if comptime!(a_cols) {
+                    ai = a_at + kk * a_stride + r;
+                }
+                let mut bi = b_at + kk * b_stride + col;
+                if comptime!(b_cols) {
+                    bi = b_at + col * b_stride + kk;
+                }
+                sum += C::cast_from(a[ai]) * C::cast_from(b[bi]);
+            }
+            c[c_at + r * c_stride + col] = sum;
+        }
+    } else {
+        let a_layout = comptime!(if a_cols {
+            cmma::MatrixLayout::ColMajor
+        } else {
+            cmma::MatrixLayout::RowMajor
+        });
+        let b_layout = comptime!(if b_cols {
+            cmma::MatrixLayout::ColMajor
+        } else {
+            cmma::MatrixLayout::RowMajor
+        });
+        let mut acc = cmma::Matrix::<C>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            TILE,
+            TILE,
+            TILE,
+            cmma::MatrixLayout::Undefined,
+            C::new(0.0),
+        );
+        if comptime!(accumulate) {
+            cmma::load_with_layout(
+                &mut acc,
+                &c[c_at..c.len()],
+                c_stride as u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+        }
+        #[unroll]
+        for s in 0..comptime!(k / TILE) {
+            let mut a_off = a_at + s * TILE;
+            if comptime!(a_cols) {
+                a_off = a_at + s * TILE * a_stride;
+            }
+            let mut b_off = b_at + s * TILE * b_stride;
+            if comptime!(b_cols) {
+                b_off = b_at + s * TILE;
+            }
+            let am = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::A,
+                TILE,
+                TILE,
+                TILE,
+                a_layout,
+                &a[a_off..a.len()],
+                a_stride as u32,
+            );
+            let bm = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::B,
+                TILE,
+                TILE,
+                TILE,
+                b_layout,
+                &b[b_off..b.len()],
+                b_stride as u32,
+            );
+            cmma::execute(&am, &bm, &acc, &acc);
+        }
+        let end = c.len();
+        cmma::store(
+            &mut c[c_at..end],
+            &acc,
+            c_stride as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
+    }
+}
+
+/// One cube per (query tile, key/value head and run of `span` of its heads, sequence) =
+/// `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)`, `span x tiles` planes of 32 units; see the module.
+/// `C` is the compute type (f32). Inputs are contiguous.
+#[cube(launch_unchecked)]
+pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    bias: &Tensor<F>,
+    padding: &Tensor<P>,
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    output: &mut Tensor<F>,
+    lse: &mut Tensor<F>,
+    p: Scalars,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] stage: usize,
+    #[comptime] group: usize,
+    #[comptime] span: usize,
+    #[comptime] tiles: usize,
+    #[comptime] emulate: bool,
+    #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
+) {
+    let dh = comptime!(d_head.next_multiple_of(TILE));
+    let dvp = comptime!(d_v.next_multiple_of(TILE));
+    let planes = comptime!(span * tiles);
+    let runs = comptime!(group / span);
+    let seq_q = p.seq_q as usize;
+    let seq_k = p.seq_k as usize;
+    let n_heads = p.n_heads as usize;
+    let kv_head = CUBE_POS_Y as usize / runs;
+    let run = CUBE_POS_Y as usize % runs;
+    let b = CUBE_POS_Z as usize;
+    let unit = UNIT_POS_X as usize;
+    let units = CUBE_DIM_X as usize;
+    let w = unit / PLANE;
+    let lane = unit % PLANE;
+    let r0 = CUBE_POS_X as usize * p.rows as usize;
+    let first_head = kv_head * group + run * span;
+    let head = first_head + w / tiles;
+    let i0 = r0 + (w % tiles) * TILE;
+    let kv_base = (b * (n_heads / group) + kv_head) * seq_k;
+
+    let mut q_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * dh));
+    let mut o_s = Shared::<[C]>::new_slice(comptime!(planes * TILE * dvp));
+    let mut k_s = Shared::<[F]>::new_slice(comptime!(stage * dh));
+    let mut v_s = Shared::<[F]>::new_slice(comptime!(stage * dvp));
+    let mut s_s = Shared::<[C]>::new_slice(comptime!(planes * TILE * stage));
+    let mut p_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * stage));
+    let mut kp_s = Shared::<[i32]>::new_slice(stage);
+    let mut seen_s = Shared::<[u32]>::new_slice(stage);
+    let mut segment_s = Shared::<[i32]>::new_slice(stage);
+
+    // 1. The planes' query rows (zeros past `seq_q` and `d_head`) and their outputs, cleared.
+    let mut e = unit;
+    while e < comptime!(planes * TILE * dh) {
+        let pw = e / comptime!(TILE * dh);
+        let r = (e / dh) % TILE;
+        let col = e % dh;
+        let i = r0 + (pw % tiles) * TILE + r;
+        let mut x = F::new(0.0);
+        if i < seq_q && col < d_head {
+            let row = (b * n_heads + first_head + pw / tiles) * seq_q + i;
+            x = q[row * d_head + col];
+        }
+        q_s[e] = x;
+        e += units;
+    }
+    e = unit;
+    while e < comptime!(planes * TILE * dvp) {
+        o_s[e] = C::new(0.0);
+        e += units;
+    }
+
+    // The row a unit 0..16 owns: its place, running maximum and sum.
+    let r = lane % TILE;
+    let owner = lane < TILE;
+    let (position, segment) = query_place(positions, segments, &p, b, i0 + r);
+    let row_exists = i0 + r < seq_q;
+    let (slope, table_base) = head_bias::<F, C>(bias, &p, head);
+    let mut m = C::new(HIDDEN);
+    let mut l = C::new(0.0);
+    let scale = C::cast_from(p.scale);
+
+    let (k_lo, k_hi) = key_range(&p, r0);
+    let mut j0 = k_lo;
+    while j0 < k_hi {
+        // 2. The stage's keys and values (zeros past `k_hi` and the head widths: their weights
+        // are 0, and 0 times a stale value could be NaN), and where each key sits.
+        let n = min(stage, k_hi - j0);
+        e = unit;
+        while e < comptime!(stage * dh) {
+            let key = e / dh;
+            let col = e % dh;
+            let mut x = F::new(0.0);
+            if key < n && col < d_head {
+                x = k[(kv_base + j0 + key) * d_head + col];
+            }
+            k_s[e] = x;
+            e += units;
+        }
+        e = unit;
+        while e < comptime!(stage * dvp) {
+            let key = e / dvp;
+            let col = e % dvp;
+            let mut x = F::new(0.0);
+            if key < n && col < d_v {
+                x = v[(kv_base + j0 + key) * d_v + col];
+            }
+            v_s[e] = x;
+            e += units;
+        }
+        let mut c = unit;
+        while c < stage {
+            let (kp, seen, key_segment) =
+                key_place(positions, segments, padding, &p, b, j0 + c, c < n);
+            kp_s[c] = kp;
+            let mut bit = 0u32;
+            if seen {
+                bit = 1u32;
+            }
+            seen_s[c] = bit;
+            segment_s[c] = key_segment;
+            c += units;
+        }
+        sync_cube();
+
+        // 3. S = Q Kᵀ, one 16-key tile at a time (Kᵀ: the staged keys read by columns).
+        #[unroll]
+        for t in 0..comptime!(stage / TILE) {
+            tile_product::<F, C>(
+                &q_s,
+                w * TILE * dh,
+                dh,
+                false,
+                &k_s,
+                t * TILE * dh,
+                dh,
+                true,
+                &mut s_s,
+                w * TILE * stage + t * TILE,
+                stage,
+                dh,
+                false,
+                lane,
+                emulate,
+            );
+        }
+        sync_cube();
+
+        // 4. The owner of each row: final scores, the online softmax, the output rescaled, the
+        // weights in the storage dtype.
+        if owner {
+            let base = (w * TILE + r) * stage;
+            let mut block_max = C::new(HIDDEN);
+            for c in 0..stage {
+                let x = final_score::<F, C>(
+                    s_s[base + c] * scale,
+                    kp_s[c] - position,
+                    seen_s[c] == 1 && row_exists,
+                    segment,
+                    segment_s[c],
+                    bias,
+                    slope,
+                    table_base,
+                    &p,
+                );
+                s_s[base + c] = x;
+                block_max = max(block_max, x);
+            }
+            let m_new = max(m, block_max);
+            let seen = m_new > C::new(UNSEEN);
+            if seen {
+                let correction = C::exp(m - m_new);
+                l *= correction;
+                let o_base = (w * TILE + r) * dvp;
+                for d in 0..dvp {
+                    o_s[o_base + d] = o_s[o_base + d] * correction;
+                }
+                m = m_new;
+            }
+            for c in 0..stage {
+                let mut weight = C::new(0.0);
+                if seen {
+                    weight = C::exp(s_s[base + c] - m_new);
+                }
+                l += weight;
+                p_s[base + c] = F::cast_from(weight);
+            }
+        }
+        sync_cube();
+
+        // 5. O += P V, one 16-column tile of the output at a time.
+        #[unroll]
+        for t in 0..comptime!(dvp / TILE) {
+            tile_product::<F, C>(
+                &p_s,
+                w * TILE * stage,
+                stage,
+                false,
+                &v_s,
+                t * TILE,
+                dvp,
+                false,
+                &mut o_s,
+                w * TILE * dvp + t * TILE,
+                dvp,
+                stage,
+                true,
+                lane,
+                emulate,
+            );
+        }
+        // Everyone done with the stage before the next one overwrites it.
+        sync_cube();
+        j0 += stage;
+    }
+
+    // 6. `O / l` and `m + ln l` (zeros and the dtype's lowest value for a row that saw no key).
+    if owner && row_exists {
+        let row = (b * n_heads + head) * seq_q + i0 + r;
+        let mut inv = C::new(0.0);
+        let mut log_sum = C::cast_from(p.lowest);
+        if l > C::new(0.0) {
+            inv = C::new(1.0) / l;
+            log_sum = m + C::ln(l);
+        }
+        let o_base = (w * TILE + r) * dvp;
+        for d in 0..d_v {
+            output[row * d_v + d] = F::cast_from(o_s[o_base + d] * inv);
+        }
+        lse[row] = F::cast_from(log_sum);
+    }
+}
+
+/// A tensor-core cube's geometry: `span` heads of a group times `tiles` tiles of 16 query rows
+/// (the planes), and the keys per stage.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TensorPlan {
+    pub span: usize,
+    pub tiles: usize,
+    pub stage: usize,
+}
+
+impl TensorPlan {
+    pub fn planes(&self) -> usize {
+        self.span * self.tiles
+    }
+
+    /// Query rows per head in one cube.
+    pub fn rows(&self) -> usize {
+        self.tiles * TILE
+    }
+}
+
+/// The forward's geometry, or `None` where even one plane and a stage of 16 keys do not fit
+/// the device's shared memory (then the shared kernel runs). Up to four planes: as many of the
+/// group's heads as divide it (their units share each stage of keys), then tiles of one head
+/// where the sequence has them; stages of 64 keys where they fit, down to 16.
+pub(super) fn plan(
+    sizes: &Sizes,
+    group: usize,
+    elem_size: usize,
+    hardware: &HardwareProperties,
+) -> Option<TensorPlan> {
+    let (dh, dvp) = (
+        sizes.d_head.next_multiple_of(TILE),
+        sizes.d_v.next_multiple_of(TILE),
+    );
+    let budget = hardware.max_shared_memory_size.min(MAX_SHARED_BYTES);
+    let bytes = |plan: &TensorPlan| {
+        let planes = plan.planes();
+        planes * TILE * (dh * elem_size + dvp * 4 + plan.stage * (4 + elem_size))
+            + plan.stage * ((dh + dvp) * elem_size + 12)
+    };
+    let want_tiles = sizes
+        .seq_q
+        .div_ceil(TILE)
+        .next_power_of_two()
+        .min(MAX_PLANES);
+    let spans = (1..=group.min(MAX_PLANES))
+        .rev()
+        .filter(|span| group % span == 0);
+    for span in spans {
+        let mut tiles = (MAX_PLANES / span).clamp(1, want_tiles.max(1));
+        loop {
+            for stage in [64, 32, 16] {
+                let plan = TensorPlan { span, tiles, stage };
+                if bytes(&plan) <= budget
+                    && plan.planes() * PLANE <= hardware.max_units_per_cube as usize
+                {
+                    return Some(plan);
+                }
+            }
+            if tiles == 1 {
+                break;
+            }
+            tiles /= 2;
+        }
+    }
+    None
+}
