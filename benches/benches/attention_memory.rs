@@ -15,7 +15,10 @@
 //!
 //! `DTYPE=f16` (or `bf16`) stores the op-alone cases' q, k, v and bias in that dtype, and
 //! `--adapter wgpu` prints the adapter a device name opens and whether it is a GPU (the GPU
-//! kit's first check, `tools/gpu/`).
+//! kit's first check, `tools/gpu/`). `--check-tensor-cores cuda` checks the tensor-core
+//! attention kernels on that device against the register kernel, forward and backward, in f16
+//! and bf16 (the GPU kit's check of the `cmma` path, which no CI machine can run); it exits
+//! non-zero on a mismatch.
 //!
 //! A second table (`TABLE=grouped`; both by default, `TABLE=schemes` the first alone) sets
 //! grouped heads against repeating keys and values, a windowed block against the sequence
@@ -335,6 +338,121 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
     );
 }
 
+/// The tensor-core kernels ([`FlashVariant::TensorCores`], `cmma` where the device has it for
+/// the dtype) against the register kernel on the same device, forward and backward, in f16 and
+/// bf16: heads of 32 (8 of 8), 64 (8 over 2 key/value heads) and 128 (4), 300 tokens (not a
+/// multiple of 16), causal with ALiBi, and a T5 table with a window. Prints each case's largest
+/// difference relative to the largest value; panics past the dtype's tolerance (f16 1e-2, bf16
+/// 6e-2, as `tests/flash.rs`).
+fn check_tensor_cores(device_name: &str) {
+    use burn_positional_kernels::{FlashVariant, flash_variant_for, set_flash_variant};
+    let choice: DeviceChoice = device_name
+        .parse()
+        .unwrap_or_else(|e: String| panic!("{e}"));
+    let device = open(choice)
+        .unwrap_or_else(|reason| panic!("{reason}"))
+        .device
+        .autodiff();
+    device.seed(7);
+    let seq = 300;
+    let mut failed = Vec::new();
+    for (dtype, tolerance) in [(DType::F16, 1e-2f32), (DType::BF16, 6e-2)] {
+        if !device.supports_dtype(dtype) {
+            println!("{dtype:?}: not supported by the device, skipped");
+            continue;
+        }
+        set_flash_variant(FlashVariant::Auto);
+        let cmma = flash_variant_for(&device, dtype) == FlashVariant::TensorCores;
+        println!("{dtype:?}: Auto picks the tensor-core kernel (cmma): {cmma}");
+        for (heads, kv, d_head, t5) in [(8, 8, 32, false), (8, 2, 64, true), (4, 4, 128, false)] {
+            let normal = |h: usize| {
+                Tensor::<4>::random([1, h, seq, d_head], Distribution::Normal(0.0, 1.0), &device)
+                    .cast(dtype)
+            };
+            let (q, k, v) = (normal(heads), normal(kv), normal(kv));
+            let w = Tensor::<4>::random(
+                [1, heads, seq, d_head],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            let bias = if t5 {
+                Tensor::<2>::random(
+                    [heads, 2 * 128 + 1],
+                    Distribution::Normal(0.0, 1.0),
+                    &device,
+                )
+            } else {
+                let slopes: Vec<f32> = burn_positional::score_bias::alibi_slopes(heads)
+                    .into_iter()
+                    .map(|m| m as f32)
+                    .collect();
+                Tensor::<1>::from_floats(slopes.as_slice(), &device).reshape([heads, 1])
+            }
+            .cast(dtype);
+            let run = |variant: FlashVariant| {
+                set_flash_variant(variant);
+                let (q, k, v) = (
+                    q.clone().require_grad(),
+                    k.clone().require_grad(),
+                    v.clone().require_grad(),
+                );
+                let bias = bias.clone().require_grad();
+                let options =
+                    if t5 {
+                        AttendOptions::new()
+                            .causal(true)
+                            .window(burn_positional::Window::hf(100))
+                            .bias(burn_positional::AttentionBias::ByDistance {
+                                bias: bias.clone(),
+                                reach: 128,
+                            })
+                    } else {
+                        AttendOptions::new().causal(true).bias(
+                            burn_positional::AttentionBias::Alibi(bias.clone().reshape([heads])),
+                        )
+                    };
+                let out = attend(q.clone(), k.clone(), v.clone(), &options);
+                let grads = (out.clone().cast(DType::F32) * w.clone()).sum().backward();
+                let grad = |t: &Tensor<4>| t.grad(&grads).expect("a gradient").cast(DType::F32);
+                let db = bias
+                    .grad(&grads)
+                    .expect("the bias's gradient")
+                    .cast(DType::F32);
+                set_flash_variant(FlashVariant::Auto);
+                [
+                    out.cast(DType::F32).reshape([heads * seq * d_head]),
+                    grad(&q).reshape([heads * seq * d_head]),
+                    grad(&k).reshape([kv * seq * d_head]),
+                    grad(&v).reshape([kv * seq * d_head]),
+                    db.flatten::<1>(0, 1),
+                ]
+            };
+            let ours = run(FlashVariant::TensorCores);
+            let want = run(FlashVariant::Registers);
+            for (name, (a, b)) in ["output", "dq", "dk", "dv", "dbias"]
+                .iter()
+                .zip(ours.into_iter().zip(want))
+            {
+                let size = b.clone().abs().max().into_scalar::<f32>().max(1.0);
+                let diff = (a - b).abs().max().into_scalar::<f32>() / size;
+                let ok = diff <= tolerance;
+                println!(
+                    "{dtype:?} heads {heads}/{kv} d {d_head} {}: {name} differs by {diff:.2e} of its size {}",
+                    if t5 { "t5, window" } else { "alibi" },
+                    if ok { "ok" } else { "MISMATCH" }
+                );
+                if !ok {
+                    failed.push(format!(
+                        "{dtype:?} {heads}/{kv} d {d_head} {name}: {diff:.2e}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failed.is_empty(), "tensor-core kernels differ: {failed:?}");
+    println!("tensor-core check: ok");
+}
+
 pub fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `--adapter NAME`: open the device and print what it is (the GPU kit's first check).
@@ -344,6 +462,10 @@ pub fn main() {
             .unwrap_or_else(|e: String| panic!("{e}"));
         let opened = open(choice).unwrap_or_else(|reason| panic!("{reason}"));
         println!("{}\t{}", opened.description, opened.is_gpu);
+        return;
+    }
+    if let Some(at) = args.iter().position(|a| a == "--check-tensor-cores") {
+        check_tensor_cores(&args[at + 1]);
         return;
     }
     if let Some(at) = args.iter().position(|a| a == "--case") {

@@ -243,8 +243,19 @@ class Kit:
         each with libtest's JSON events and per-test times (`--report-time`, unstable, which a
         stable binary accepts under RUSTC_BOOTSTRAP=1), each stopped at `--test-timeout`."""
         if self.args.backend != "wgpu":
+            # No test binaries in the CUDA kit (the tests name wgpu, ndarray, flex); its check of
+            # what only a GPU runs: the tensor-core attention (cmma) against the register
+            # kernel, forward and backward, f16 and bf16.
             data["skipped"] = "the CUDA kit carries no test binaries (the tests name wgpu, ndarray, flex)"
             print(data["skipped"])
+            code, text = self.sh([self.exe("bench-attention_memory"), "--check-tensor-cores",
+                                  self.args.backend], "tensor-cores-check.log",
+                                 timeout=self.args.test_timeout)
+            data["tensor_cores"] = {"exit": code, "lines": [
+                l for l in text.splitlines() if "differs" in l or "Auto picks" in l or "check" in l]}
+            print("\n".join(data["tensor_cores"]["lines"]), flush=True)
+            if code != 0:
+                raise RuntimeError(f"the tensor-core check failed: {panic_line(text)}")
             return
         env = dict(self.env, RUSTC_BOOTSTRAP="1")
         running = {}
@@ -333,6 +344,11 @@ class Kit:
                 for direction in ("forward", "backward"):
                     cases.append(("f32", "burn attention", seq, direction, None, None))
                     cases += [("f32", s, seq, direction, "shared", None) for s in schemes]
+        if second and self.args.backend == "cuda":
+            # The tensor-core kernels (cmma) in f16 and bf16, the issue's targets first.
+            for dtype in ("f16", "bf16"):
+                for direction in ("forward", "backward"):
+                    cases += [(dtype, s, target, direction, "tensor-cores", None) for s in schemes]
         if second:
             # f16 only: WGSL has no bf16, and wgpu refuses it (the twin times bf16 too).
             for dtype in ("f16",):

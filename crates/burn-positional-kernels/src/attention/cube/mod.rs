@@ -1,10 +1,13 @@
 //! The attention as one CubeCL kernel (wgpu, CUDA): FlashAttention-2's loop with the bias and
-//! the masks computed inside it, in two variants that compute the same numbers:
+//! the masks computed inside it, in three variants that compute the same numbers:
 //!
 //! - `registers.rs`, tuned on lavapipe (the CPU-emulated Vulkan of CI): no shared memory, each
 //!   unit keeps a few query rows in registers and reads keys and values from device memory;
 //! - `shared.rs`, shaped for a discrete GPU: key and value blocks staged in shared memory by
-//!   all the units of a cube, one or two query rows per unit, cubes of whole planes.
+//!   all the units of a cube, one or two query rows per unit, cubes of whole planes;
+//! - `tensor_cores.rs` (and `backward_tensor_cores.rs`), for f16 and bf16 on a GPU with
+//!   cooperative matrices: 16 query rows per plane, the block products as 16x16x16 `cmma`
+//!   tiles, the scores staged in shared memory for the per-score formula and the softmax.
 //!
 //! [`FlashVariant`](super::FlashVariant) picks one (`variant.rs`: by the adapter, or forced).
 //! This file holds what both share: the launch's run-time values ([`Scalars`]), the per-score

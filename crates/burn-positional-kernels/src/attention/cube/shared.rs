@@ -28,17 +28,9 @@
 //! shared memory (at most 32 KiB, leaving room for a second cube per multiprocessor), and
 //! falls back to the register kernel where even 8 keys do not fit.
 //!
-//! No tensor cores: the block products are the units' f32 multiply-adds. cubecl 0.11.3 has
-//! `cmma` (plane-wide fragments of 16x16x16 f16/bf16 tiles with f32 accumulators,
-//! `client.properties().features.matmul.cmma`) on CUDA and on Vulkan with cooperative
-//! matrices (cubecl-wgpu's `spirv` compiler, burn's `vulkan` feature), but this crate's wgpu
-//! compiles WGSL (`cubecl-spirv` is not in its dependency tree), which has no cooperative
-//! matrix, and lavapipe exposes none either: CI could never run a cmma path, so it would ship
-//! untested. It also wants `d_head` and `d_v` multiples of 16 and a `[16, 16]` query tile per
-//! plane, where this kernel keeps one or two rows per unit; fitting it is a third layout
-//! (S = Q K^T into an f32 fragment, stored to shared memory for the bias, masks and online
-//! softmax by the units, then P V through cmma, behind a check of that feature list), to be
-//! built where a GPU can test it.
+//! No tensor cores: the block products are the units' f32 multiply-adds. The kernel that puts
+//! them on cooperative matrices (`cmma`, f16 and bf16) is `tensor_cores.rs`: a query tile of 16
+//! rows per plane, the score tile staged in shared memory for the per-score formula.
 //!
 //! Wide heads cost registers: a unit holds `per_unit x (d_head + d_v)` f32 values, 256 at
 //! `d_head = d_v = 128`, more than an NVIDIA unit keeps without spilling. Not yet measured.
