@@ -535,8 +535,8 @@ fn shared_kernel_equals_the_slow_twin() {
 /// lavapipe: the 65-token cases take every value of every option and each comptime branch
 /// (one, two and four heads of a group: cubes of four planes as 4 tiles of one head, 2 x 2 and
 /// 4 x 1; a stage of 64 keys crossed; tiles whose window starts their keys past 0; rows and
-/// keys past the sequence), the 1-token ones a decoding step (one plane); the wide heads (64
-/// and 40: padded to 64 and 48) and the half-precision check.
+/// keys past the sequence), the 1-token ones a decoding step (three of the four planes past
+/// the rows); the wide heads (64 and 40: padded to 64 and 48) and the half-precision check.
 #[test]
 fn tensor_core_kernel_equals_the_slow_twin() {
     let extra = check_variant(FlashVariant::TensorCores, None, |case| {

@@ -54,13 +54,14 @@ pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,
     p: Scalars,
+    group: u32,
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
-    #[comptime] group: usize,
     #[comptime] planes: usize,
     #[comptime] emulate: bool,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
+    let group = group as usize;
     let dh = comptime!(d_head.next_multiple_of(TILE));
     let dvp = comptime!(d_v.next_multiple_of(TILE));
     let seq_q = p.seq_q as usize;
@@ -345,19 +346,22 @@ pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Num
     dq: &mut Tensor<F>,
     dbias: &mut Tensor<C>,
     p: Scalars,
+    group: u32,
+    span: u32,
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
-    #[comptime] group: usize,
-    #[comptime] span: usize,
-    #[comptime] tiles: usize,
+    #[comptime] planes: usize,
     #[comptime] bias_slots: usize,
     #[comptime] emulate: bool,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
     let dh = comptime!(d_head.next_multiple_of(TILE));
     let dvp = comptime!(d_v.next_multiple_of(TILE));
-    let planes = comptime!(span * tiles);
-    let runs = comptime!(group / span);
+    // Run-time values, as the forward's: one kernel per widths and plane count.
+    let group = group as usize;
+    let span = span as usize;
+    let tiles = planes / span;
+    let runs = group / span;
     let seq_q = p.seq_q as usize;
     let seq_k = p.seq_k as usize;
     let n_heads = p.n_heads as usize;
@@ -634,16 +638,12 @@ pub(super) fn plan(
         .into_iter()
         .filter(|&n| n <= max_planes)
         .find(|&n| keys_bytes(n) <= budget)?;
-    let want_tiles = sizes
-        .seq_q
-        .div_ceil(TILE)
-        .next_power_of_two()
-        .min(MAX_PLANES);
+    // As the forward's: four planes where they fit, whatever the sequence's length.
     let spans = (1..=group.min(max_planes))
         .rev()
         .filter(|span| group % span == 0);
     for span in spans {
-        let mut tiles = (max_planes / span).clamp(1, want_tiles.max(1));
+        let mut tiles = (max_planes / span).max(1);
         loop {
             if queries_bytes(span * tiles) <= budget {
                 return Some(BackwardPlan {

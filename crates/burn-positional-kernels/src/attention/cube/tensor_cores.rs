@@ -159,7 +159,8 @@ pub(super) fn tile_product<F: Float, C: Float>(
 }
 
 /// One cube per (query tile, key/value head and run of `span` of its heads, sequence) =
-/// `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)`, `span x tiles` planes of 32 units; see the module.
+/// `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)`, `planes = span x tiles` planes of 32 units; see the
+/// module.
 /// `C` is the compute type (f32). Inputs are contiguous.
 #[cube(launch_unchecked)]
 pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
@@ -173,19 +174,23 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
     output: &mut Tensor<F>,
     lse: &mut Tensor<F>,
     p: Scalars,
+    group: u32,
+    span: u32,
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
     #[comptime] stage: usize,
-    #[comptime] group: usize,
-    #[comptime] span: usize,
-    #[comptime] tiles: usize,
+    #[comptime] planes: usize,
     #[comptime] emulate: bool,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
     let dh = comptime!(d_head.next_multiple_of(TILE));
     let dvp = comptime!(d_v.next_multiple_of(TILE));
-    let planes = comptime!(span * tiles);
-    let runs = comptime!(group / span);
+    // The group, and the heads per cube, are run-time values: one compiled kernel per head
+    // widths, stage and plane count serves every grouping.
+    let group = group as usize;
+    let span = span as usize;
+    let tiles = planes / span;
+    let runs = group / span;
     let seq_q = p.seq_q as usize;
     let seq_k = p.seq_k as usize;
     let n_heads = p.n_heads as usize;
@@ -415,9 +420,11 @@ impl TensorPlan {
 }
 
 /// The forward's geometry, or `None` where even one plane and a stage of 16 keys do not fit
-/// the device's shared memory (then the shared kernel runs). Up to four planes: as many of the
-/// group's heads as divide it (their units share each stage of keys), then tiles of one head
-/// where the sequence has them; stages of 64 keys where they fit, down to 16.
+/// the device's shared memory (then the shared kernel runs). Four planes where they fit: as many
+/// of the group's heads as divide it (their units share each stage of keys), then tiles of one
+/// head, whatever the sequence's length (a plane past the rows loads and meets the barriers:
+/// fewer compiled kernels, each one seconds of LLVM on lavapipe); stages of 64 keys where they
+/// fit, down to 16.
 pub(super) fn plan(
     sizes: &Sizes,
     group: usize,
@@ -434,16 +441,11 @@ pub(super) fn plan(
         planes * TILE * (dh * elem_size + dvp * 4 + plan.stage * (4 + elem_size))
             + plan.stage * ((dh + dvp) * elem_size + 12)
     };
-    let want_tiles = sizes
-        .seq_q
-        .div_ceil(TILE)
-        .next_power_of_two()
-        .min(MAX_PLANES);
     let spans = (1..=group.min(MAX_PLANES))
         .rev()
         .filter(|span| group % span == 0);
     for span in spans {
-        let mut tiles = (MAX_PLANES / span).clamp(1, want_tiles.max(1));
+        let mut tiles = (MAX_PLANES / span).max(1);
         loop {
             for stage in [64, 32, 16] {
                 let plan = TensorPlan { span, tiles, stage };
