@@ -28,8 +28,8 @@ use cubecl::ir::HardwareProperties;
 use cubecl::prelude::*;
 
 use super::backward_units::{cap_slope, probability, query_range};
-use super::tensor_cores::{PLANE, TILE, tile_product};
-use super::{ALIBI, BIAS_GRAD, Scalars, final_score, head_bias, key_place, key_range, query_place};
+use super::tensor_cores::{PLANE, TILE, clear, plane_rows, stage_places, stage_rows, tile_product};
+use super::{ALIBI, BIAS_GRAD, Scalars, final_score, head_bias, key_range, query_place};
 use crate::attention::Sizes;
 
 /// The most shared memory one cube takes, in bytes (as the forward).
@@ -98,43 +98,43 @@ pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     let mut pt_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * TILE));
     let mut dst_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * TILE));
 
-    let mut e = unit;
-    while e < comptime!(planes * TILE * dh) {
-        let j = cube_j0 + e / dh;
-        let col = e % dh;
-        let mut x = F::new(0.0);
-        if j < seq_k && col < d_head {
-            x = k[(kv_base + j) * d_head + col];
-        }
-        k_s[e] = x;
-        dk_s[e] = C::new(0.0);
-        e += units;
+    let mut valid = 0;
+    if cube_j0 < seq_k {
+        valid = seq_k - cube_j0;
     }
-    e = unit;
-    while e < comptime!(planes * TILE * dvp) {
-        let j = cube_j0 + e / dvp;
-        let col = e % dvp;
-        let mut x = F::new(0.0);
-        if j < seq_k && col < d_v {
-            x = v[(kv_base + j) * d_v + col];
-        }
-        v_s[e] = x;
-        dv_s[e] = C::new(0.0);
-        e += units;
-    }
-    let mut c = unit;
-    while c < comptime!(planes * TILE) {
-        let j = cube_j0 + c;
-        let (kp, seen, key_segment) = key_place(positions, segments, padding, &p, b, j, j < seq_k);
-        kp_s[c] = kp;
-        let mut bit = 0u32;
-        if seen {
-            bit = 1u32;
-        }
-        seen_s[c] = bit;
-        kseg_s[c] = key_segment;
-        c += units;
-    }
+    stage_rows::<F>(
+        k,
+        &mut k_s,
+        0,
+        kv_base + cube_j0,
+        valid,
+        comptime!(planes * TILE),
+        d_head,
+    );
+    stage_rows::<F>(
+        v,
+        &mut v_s,
+        0,
+        kv_base + cube_j0,
+        valid,
+        comptime!(planes * TILE),
+        d_v,
+    );
+    clear::<C>(&mut dk_s, comptime!(planes * TILE * dh));
+    clear::<C>(&mut dv_s, comptime!(planes * TILE * dvp));
+    stage_places::<I, J, P>(
+        positions,
+        segments,
+        padding,
+        &p,
+        b,
+        cube_j0,
+        seq_k,
+        &mut kp_s,
+        &mut seen_s,
+        &mut kseg_s,
+        comptime!(planes * TILE),
+    );
 
     let scale = C::cast_from(p.scale);
     let mut cube_j1 = seq_k;
@@ -155,28 +155,9 @@ pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
         while ib < i_hi {
             // The block's rows `ib..ib + 16` (zeros past `i_hi`: their weights are 0).
             sync_cube();
-            e = unit;
-            while e < comptime!(TILE * dh) {
-                let i = ib + e / dh;
-                let col = e % dh;
-                let mut x = F::new(0.0);
-                if i < i_hi && col < d_head {
-                    x = q[((b * n_heads + head) * seq_q + i) * d_head + col];
-                }
-                q_s[e] = x;
-                e += units;
-            }
-            e = unit;
-            while e < comptime!(TILE * dvp) {
-                let i = ib + e / dvp;
-                let col = e % dvp;
-                let mut x = F::new(0.0);
-                if i < i_hi && col < d_v {
-                    x = grad[((b * n_heads + head) * seq_q + i) * d_v + col];
-                }
-                do_s[e] = x;
-                e += units;
-            }
+            let first = (b * n_heads + head) * seq_q + ib;
+            stage_rows::<F>(q, &mut q_s, 0, first, i_hi - ib, TILE, d_head);
+            stage_rows::<F>(grad, &mut do_s, 0, first, i_hi - ib, TILE, d_v);
             if unit < TILE {
                 let i = ib + unit;
                 let mut row_lse = C::new(0.0);
@@ -307,7 +288,7 @@ pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     }
     sync_cube();
 
-    e = unit;
+    let mut e = unit;
     while e < comptime!(planes * TILE * dh) {
         let j = cube_j0 + e / dh;
         let col = e % dh;
@@ -369,7 +350,6 @@ pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Num
     let run = CUBE_POS_Y as usize % runs;
     let b = CUBE_POS_Z as usize;
     let unit = UNIT_POS_X as usize;
-    let units = CUBE_DIM_X as usize;
     let w = unit / PLANE;
     let lane = unit % PLANE;
     let r0 = CUBE_POS_X as usize * p.rows as usize;
@@ -390,31 +370,12 @@ pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Num
     let mut dp_s = Shared::<[C]>::new_slice(comptime!(planes * TILE * TILE));
     let mut ds_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * TILE));
 
-    let mut e = unit;
-    while e < comptime!(planes * TILE * dh) {
-        let pw = e / comptime!(TILE * dh);
-        let i = r0 + (pw % tiles) * TILE + (e / dh) % TILE;
-        let col = e % dh;
-        let mut x = F::new(0.0);
-        if i < seq_q && col < d_head {
-            x = q[((b * n_heads + first_head + pw / tiles) * seq_q + i) * d_head + col];
-        }
-        q_s[e] = x;
-        dq_s[e] = C::new(0.0);
-        e += units;
+    for pw in 0..planes {
+        let (first, valid) = plane_rows(&p, b, first_head, r0, pw, tiles);
+        stage_rows::<F>(q, &mut q_s, pw * TILE * dh, first, valid, TILE, d_head);
+        stage_rows::<F>(grad, &mut do_s, pw * TILE * dvp, first, valid, TILE, d_v);
     }
-    e = unit;
-    while e < comptime!(planes * TILE * dvp) {
-        let pw = e / comptime!(TILE * dvp);
-        let i = r0 + (pw % tiles) * TILE + (e / dvp) % TILE;
-        let col = e % dvp;
-        let mut x = F::new(0.0);
-        if i < seq_q && col < d_v {
-            x = grad[((b * n_heads + first_head + pw / tiles) * seq_q + i) * d_v + col];
-        }
-        do_s[e] = x;
-        e += units;
-    }
+    clear::<C>(&mut dq_s, comptime!(planes * TILE * dh));
 
     // The row a unit 0..16 owns, and its share of the bias's gradient.
     let r = lane % TILE;
@@ -441,40 +402,21 @@ pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Num
     let mut j0 = k_lo;
     while j0 < k_hi {
         sync_cube();
-        e = unit;
-        while e < comptime!(TILE * dh) {
-            let j = j0 + e / dh;
-            let col = e % dh;
-            let mut x = F::new(0.0);
-            if j < k_hi && col < d_head {
-                x = k[(kv_base + j) * d_head + col];
-            }
-            k_s[e] = x;
-            e += units;
-        }
-        e = unit;
-        while e < comptime!(TILE * dvp) {
-            let j = j0 + e / dvp;
-            let col = e % dvp;
-            let mut x = F::new(0.0);
-            if j < k_hi && col < d_v {
-                x = v[(kv_base + j) * d_v + col];
-            }
-            v_s[e] = x;
-            e += units;
-        }
-        if unit < TILE {
-            let j = j0 + unit;
-            let (kp, seen, key_segment) =
-                key_place(positions, segments, padding, &p, b, j, j < k_hi);
-            kp_s[unit] = kp;
-            let mut bit = 0u32;
-            if seen {
-                bit = 1u32;
-            }
-            seen_s[unit] = bit;
-            kseg_s[unit] = key_segment;
-        }
+        stage_rows::<F>(k, &mut k_s, 0, kv_base + j0, k_hi - j0, TILE, d_head);
+        stage_rows::<F>(v, &mut v_s, 0, kv_base + j0, k_hi - j0, TILE, d_v);
+        stage_places::<I, J, P>(
+            positions,
+            segments,
+            padding,
+            &p,
+            b,
+            j0,
+            k_hi,
+            &mut kp_s,
+            &mut seen_s,
+            &mut kseg_s,
+            TILE,
+        );
         sync_cube();
 
         // S = Q Kᵀ and dP = dO Vᵀ for the plane's 16 rows.

@@ -158,6 +158,100 @@ pub(super) fn tile_product<F: Float, C: Float>(
     }
 }
 
+/// Copies `rows` rows of `d` values from `src` (row `first + r` at `(first + r) * d`) into
+/// `dst[at..at + rows * width]`, `width` being `d` padded to a multiple of 16: rows from `valid`
+/// on and columns past `d` as zeros (their products are then 0, where a stale value could make
+/// a NaN). Every unit of the cube takes a share.
+#[cube]
+pub(super) fn stage_rows<F: Float>(
+    src: &Tensor<F>,
+    dst: &mut [F],
+    at: usize,
+    first: usize,
+    valid: usize,
+    #[comptime] rows: usize,
+    #[comptime] d: usize,
+) {
+    let width = comptime!(d.next_multiple_of(TILE));
+    let mut e = UNIT_POS_X as usize;
+    while e < comptime!(rows * d.next_multiple_of(TILE)) {
+        let r = e / width;
+        let col = e % width;
+        let mut x = F::new(0.0);
+        if r < valid && col < d {
+            x = src[(first + r) * d + col];
+        }
+        dst[at + e] = x;
+        e += CUBE_DIM_X as usize;
+    }
+}
+
+/// `dst[..len] = 0`, every unit of the cube taking a share.
+#[cube]
+pub(super) fn clear<C: Float>(dst: &mut [C], #[comptime] len: usize) {
+    let mut e = UNIT_POS_X as usize;
+    while e < len {
+        dst[e] = C::new(0.0);
+        e += CUBE_DIM_X as usize;
+    }
+}
+
+/// Where keys `first..first + count` of sequence `b` sit ([`key_place`]: position, whether it
+/// may be seen, segment) into three shared arrays; keys from `end` on are out of range (never
+/// seen). Every unit of the cube takes a share.
+#[cube]
+pub(super) fn stage_places<I: Int, J: Int, P: Numeric>(
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    padding: &Tensor<P>,
+    p: &Scalars,
+    b: usize,
+    first: usize,
+    end: usize,
+    kp_s: &mut [i32],
+    seen_s: &mut [u32],
+    segment_s: &mut [i32],
+    #[comptime] count: usize,
+) {
+    let mut c = UNIT_POS_X as usize;
+    while c < count {
+        let j = first + c;
+        let (kp, seen, segment) = key_place(positions, segments, padding, p, b, j, j < end);
+        kp_s[c] = kp;
+        let mut bit = 0u32;
+        if seen {
+            bit = 1u32;
+        }
+        seen_s[c] = bit;
+        segment_s[c] = segment;
+        c += CUBE_DIM_X as usize;
+    }
+}
+
+/// The first row of a plane's tile in its head's rows of a `[.., seq_q, ..]` tensor, and how
+/// many of its 16 rows exist: plane `pw` of a cube whose tiles start at row `r0` of sequence
+/// `b`, its head `first_head + pw / tiles`.
+#[cube]
+pub(super) fn plane_rows(
+    p: &Scalars,
+    b: usize,
+    first_head: usize,
+    r0: usize,
+    pw: usize,
+    tiles: usize,
+) -> (usize, usize) {
+    let seq_q = p.seq_q as usize;
+    let start = r0 + (pw % tiles) * TILE;
+    let mut valid = 0;
+    if start < seq_q {
+        valid = seq_q - start;
+    }
+    (
+        (b * p.n_heads as usize + first_head + pw / tiles) * seq_q + start,
+        valid,
+    )
+}
+
 /// One cube per (query tile, key/value head and run of `span` of its heads, sequence) =
 /// `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)`, `planes = span x tiles` planes of 32 units; see the
 /// module.
@@ -198,7 +292,6 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
     let run = CUBE_POS_Y as usize % runs;
     let b = CUBE_POS_Z as usize;
     let unit = UNIT_POS_X as usize;
-    let units = CUBE_DIM_X as usize;
     let w = unit / PLANE;
     let lane = unit % PLANE;
     let r0 = CUBE_POS_X as usize * p.rows as usize;
@@ -218,25 +311,11 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
     let mut segment_s = Shared::<[i32]>::new_slice(stage);
 
     // 1. The planes' query rows (zeros past `seq_q` and `d_head`) and their outputs, cleared.
-    let mut e = unit;
-    while e < comptime!(planes * TILE * dh) {
-        let pw = e / comptime!(TILE * dh);
-        let r = (e / dh) % TILE;
-        let col = e % dh;
-        let i = r0 + (pw % tiles) * TILE + r;
-        let mut x = F::new(0.0);
-        if i < seq_q && col < d_head {
-            let row = (b * n_heads + first_head + pw / tiles) * seq_q + i;
-            x = q[row * d_head + col];
-        }
-        q_s[e] = x;
-        e += units;
+    for pw in 0..planes {
+        let (first, valid) = plane_rows(&p, b, first_head, r0, pw, tiles);
+        stage_rows::<F>(q, &mut q_s, pw * TILE * dh, first, valid, TILE, d_head);
     }
-    e = unit;
-    while e < comptime!(planes * TILE * dvp) {
-        o_s[e] = C::new(0.0);
-        e += units;
-    }
+    clear::<C>(&mut o_s, comptime!(planes * TILE * dvp));
 
     // The row a unit 0..16 owns: its place, running maximum and sum.
     let r = lane % TILE;
@@ -254,41 +333,21 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
         // 2. The stage's keys and values (zeros past `k_hi` and the head widths: their weights
         // are 0, and 0 times a stale value could be NaN), and where each key sits.
         let n = min(stage, k_hi - j0);
-        e = unit;
-        while e < comptime!(stage * dh) {
-            let key = e / dh;
-            let col = e % dh;
-            let mut x = F::new(0.0);
-            if key < n && col < d_head {
-                x = k[(kv_base + j0 + key) * d_head + col];
-            }
-            k_s[e] = x;
-            e += units;
-        }
-        e = unit;
-        while e < comptime!(stage * dvp) {
-            let key = e / dvp;
-            let col = e % dvp;
-            let mut x = F::new(0.0);
-            if key < n && col < d_v {
-                x = v[(kv_base + j0 + key) * d_v + col];
-            }
-            v_s[e] = x;
-            e += units;
-        }
-        let mut c = unit;
-        while c < stage {
-            let (kp, seen, key_segment) =
-                key_place(positions, segments, padding, &p, b, j0 + c, c < n);
-            kp_s[c] = kp;
-            let mut bit = 0u32;
-            if seen {
-                bit = 1u32;
-            }
-            seen_s[c] = bit;
-            segment_s[c] = key_segment;
-            c += units;
-        }
+        stage_rows::<F>(k, &mut k_s, 0, kv_base + j0, n, stage, d_head);
+        stage_rows::<F>(v, &mut v_s, 0, kv_base + j0, n, stage, d_v);
+        stage_places::<I, J, P>(
+            positions,
+            segments,
+            padding,
+            &p,
+            b,
+            j0,
+            j0 + n,
+            &mut kp_s,
+            &mut seen_s,
+            &mut segment_s,
+            stage,
+        );
         sync_cube();
 
         // 3. S = Q Kᵀ, one 16-key tile at a time (Kᵀ: the staged keys read by columns).
