@@ -28,7 +28,9 @@ use cubecl::ir::HardwareProperties;
 use cubecl::prelude::*;
 
 use super::backward_units::{cap_slope, probability, query_range};
-use super::tensor_cores::{PLANE, TILE, clear, plane_rows, stage_places, stage_rows, tile_product};
+use super::tensor_cores::{
+    PLANE, TILE, clear, plane_rows, row_tile, stage_places, stage_rows, tile_product,
+};
 use super::{ALIBI, BIAS_GRAD, Scalars, final_score, head_bias, key_range, query_place};
 use crate::attention::Sizes;
 
@@ -338,25 +340,11 @@ pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Num
 ) {
     let dh = comptime!(d_head.next_multiple_of(TILE));
     let dvp = comptime!(d_v.next_multiple_of(TILE));
-    // Run-time values, as the forward's: one kernel per widths and plane count.
-    let group = group as usize;
-    let span = span as usize;
-    let tiles = planes / span;
-    let runs = group / span;
+    let t = row_tile(&p, group, span, planes);
+    let (b, r0, first_head, head, i0, kv_base) = (t.b, t.r0, t.first_head, t.head, t.i0, t.kv_base);
+    let (tiles, w, lane) = (t.tiles, t.w, t.lane);
     let seq_q = p.seq_q as usize;
-    let seq_k = p.seq_k as usize;
     let n_heads = p.n_heads as usize;
-    let kv_head = CUBE_POS_Y as usize / runs;
-    let run = CUBE_POS_Y as usize % runs;
-    let b = CUBE_POS_Z as usize;
-    let unit = UNIT_POS_X as usize;
-    let w = unit / PLANE;
-    let lane = unit % PLANE;
-    let r0 = CUBE_POS_X as usize * p.rows as usize;
-    let first_head = kv_head * group + run * span;
-    let head = first_head + w / tiles;
-    let i0 = r0 + (w % tiles) * TILE;
-    let kv_base = (b * (n_heads / group) + kv_head) * seq_k;
 
     let mut q_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * dh));
     let mut do_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * dvp));

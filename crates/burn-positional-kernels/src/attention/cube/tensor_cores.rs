@@ -252,6 +252,54 @@ pub(super) fn plane_rows(
     )
 }
 
+/// Where a cube of query tiles and its planes sit (the forward's cubes and the backward's query
+/// cubes): `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)` = (query tile, key/value head and run of
+/// `span` of its `group` heads, sequence), plane `w` owning 16 rows from `i0` of head `head`.
+/// The group and the heads per cube are run-time values: one compiled kernel per head widths,
+/// stage and plane count serves every grouping.
+#[derive(CubeType)]
+pub(super) struct RowTile {
+    pub b: usize,
+    /// The cube's first row in each of its heads.
+    pub r0: usize,
+    pub first_head: usize,
+    pub tiles: usize,
+    /// The unit's plane and its place in it.
+    pub w: usize,
+    pub lane: usize,
+    /// The plane's head and first row.
+    pub head: usize,
+    pub i0: usize,
+    /// The first row of the cube's key/value head in `k` and `v`.
+    pub kv_base: usize,
+}
+
+#[cube]
+pub(super) fn row_tile(p: &Scalars, group: u32, span: u32, #[comptime] planes: usize) -> RowTile {
+    let group = group as usize;
+    let span = span as usize;
+    let tiles = planes / span;
+    let runs = group / span;
+    let kv_head = CUBE_POS_Y as usize / runs;
+    let run = CUBE_POS_Y as usize % runs;
+    let b = CUBE_POS_Z as usize;
+    let unit = UNIT_POS_X as usize;
+    let w = unit / PLANE;
+    let r0 = CUBE_POS_X as usize * p.rows as usize;
+    let first_head = kv_head * group + run * span;
+    RowTile {
+        b,
+        r0,
+        first_head,
+        tiles,
+        w,
+        lane: unit % PLANE,
+        head: first_head + w / tiles,
+        i0: r0 + (w % tiles) * TILE,
+        kv_base: (b * (p.n_heads as usize / group) + kv_head) * p.seq_k as usize,
+    }
+}
+
 /// One cube per (query tile, key/value head and run of `span` of its heads, sequence) =
 /// `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)`, `planes = span x tiles` planes of 32 units; see the
 /// module.
@@ -279,26 +327,11 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
 ) {
     let dh = comptime!(d_head.next_multiple_of(TILE));
     let dvp = comptime!(d_v.next_multiple_of(TILE));
-    // The group, and the heads per cube, are run-time values: one compiled kernel per head
-    // widths, stage and plane count serves every grouping.
-    let group = group as usize;
-    let span = span as usize;
-    let tiles = planes / span;
-    let runs = group / span;
+    let t = row_tile(&p, group, span, planes);
+    let (b, r0, first_head, head, i0, kv_base) = (t.b, t.r0, t.first_head, t.head, t.i0, t.kv_base);
+    let (tiles, w, lane) = (t.tiles, t.w, t.lane);
     let seq_q = p.seq_q as usize;
-    let seq_k = p.seq_k as usize;
     let n_heads = p.n_heads as usize;
-    let kv_head = CUBE_POS_Y as usize / runs;
-    let run = CUBE_POS_Y as usize % runs;
-    let b = CUBE_POS_Z as usize;
-    let unit = UNIT_POS_X as usize;
-    let w = unit / PLANE;
-    let lane = unit % PLANE;
-    let r0 = CUBE_POS_X as usize * p.rows as usize;
-    let first_head = kv_head * group + run * span;
-    let head = first_head + w / tiles;
-    let i0 = r0 + (w % tiles) * TILE;
-    let kv_base = (b * (n_heads / group) + kv_head) * seq_k;
 
     let mut q_s = Shared::<[F]>::new_slice(comptime!(planes * TILE * dh));
     let mut o_s = Shared::<[C]>::new_slice(comptime!(planes * TILE * dvp));
