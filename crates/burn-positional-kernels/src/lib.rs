@@ -64,8 +64,8 @@ pub use api::{
     reference_embedding, try_fused_embedding,
 };
 pub use attention::{
-    AttendOptions, AttentionBias, AttentionPositions, FLASH_VARIANT_ENV, FlashVariant, Window,
-    flash_variant, flash_variant_for, reference_attention, set_flash_variant, tiled_attention,
+    AttendOptions, AttentionBias, AttentionPositions, FLASH_VARIANT_ENV, FlashBoundaries,
+    FlashVariant, Window, flash_boundaries, flash_variant, flash_variant_for, reference_attention, set_flash_variant, tiled_attention,
 };
 #[cfg(feature = "testing")]
 #[doc(hidden)]

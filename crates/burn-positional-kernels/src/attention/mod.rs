@@ -37,6 +37,7 @@ pub(crate) mod cube;
 pub(crate) mod host;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 pub(crate) mod host_backward;
+mod boundaries;
 mod pass;
 mod tile;
 mod variant;
@@ -44,6 +45,7 @@ mod variant;
 pub(crate) use pass::forward;
 pub(crate) use pass::{Saved, backward};
 pub(crate) use tile::{BiasKind, Extras, TileArgs};
+pub use boundaries::{FlashBoundaries, flash_boundaries};
 pub use variant::{
     FLASH_VARIANT_ENV, FlashVariant, flash_variant, flash_variant_for, set_flash_variant,
 };

@@ -428,14 +428,20 @@ pub(crate) fn launch_backward(
         }
     };
 
+    let emulate = !cmma_ready(&client, dtype);
+    let cpu_adapter = properties.identity.physical.is_none();
     if variant == FlashVariant::TensorCores
         && let Some(plan) =
             super::backward_tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
+        && !super::tensor_cores::cut_short(
+            super::backward_tensor_cores::backward_iterations(&plan, &sizes, group, bias_slots),
+            emulate,
+            cpu_adapter,
+        )
     {
         use super::backward_tensor_cores::{flash_tc_keys_kernel, flash_tc_queries_kernel};
         use super::tensor_cores::{PLANE, TILE};
         count_backward_launch(FlashVariant::TensorCores);
-        let emulate = !cmma_ready(&client, dtype);
         let rows = plan.tiles * TILE;
         let query_tiles = sizes.seq_q.div_ceil(rows);
         let partial = empty(

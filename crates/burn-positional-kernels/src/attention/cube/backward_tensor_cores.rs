@@ -29,7 +29,8 @@ use cubecl::prelude::*;
 
 use super::backward_units::{cap_slope, probability, query_range};
 use super::tensor_cores::{
-    PLANE, TILE, clear, plane_rows, row_tile, stage_places, stage_rows, tile_product,
+    EMULATED_STEP, PLANE, TILE, clear, copy_iterations, plane_rows, row_tile, stage_places,
+    stage_rows, tile_product,
 };
 use super::{ALIBI, BIAS_GRAD, Scalars, final_score, head_bias, key_range, query_place};
 use crate::attention::Sizes;
@@ -72,10 +73,10 @@ pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     let kv_head = CUBE_POS_Y as usize;
     let b = CUBE_POS_Z as usize;
     let unit = UNIT_POS_X as usize;
-    let units = CUBE_DIM_X as usize;
     let w = unit / PLANE;
     let lane = unit % PLANE;
     let cube_j0 = CUBE_POS_X as usize * comptime!(planes * TILE);
+    let units = comptime!(planes * PLANE);
     let kv_base = (b * CUBE_COUNT_Y as usize + kv_head) * seq_k;
 
     // The cube's keys and values (zeros past `seq_k` and the widths), their gradients, places.
@@ -112,6 +113,7 @@ pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
         valid,
         comptime!(planes * TILE),
         d_head,
+        units,
     );
     stage_rows::<F>(
         v,
@@ -121,9 +123,10 @@ pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
         valid,
         comptime!(planes * TILE),
         d_v,
+        units,
     );
-    clear::<C>(&mut dk_s, comptime!(planes * TILE * dh));
-    clear::<C>(&mut dv_s, comptime!(planes * TILE * dvp));
+    clear::<C>(&mut dk_s, comptime!(planes * TILE * dh), units);
+    clear::<C>(&mut dv_s, comptime!(planes * TILE * dvp), units);
     stage_places::<I, J, P>(
         positions,
         segments,
@@ -136,6 +139,7 @@ pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
         &mut seen_s,
         &mut kseg_s,
         comptime!(planes * TILE),
+        units,
     );
 
     let scale = C::cast_from(p.scale);
@@ -158,8 +162,8 @@ pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
             // The block's rows `ib..ib + 16` (zeros past `i_hi`: their weights are 0).
             sync_cube();
             let first = (b * n_heads + head) * seq_q + ib;
-            stage_rows::<F>(q, &mut q_s, 0, first, i_hi - ib, TILE, d_head);
-            stage_rows::<F>(grad, &mut do_s, 0, first, i_hi - ib, TILE, d_v);
+            stage_rows::<F>(q, &mut q_s, 0, first, i_hi - ib, TILE, d_head, units);
+            stage_rows::<F>(grad, &mut do_s, 0, first, i_hi - ib, TILE, d_v, units);
             if unit < TILE {
                 let i = ib + unit;
                 let mut row_lse = C::new(0.0);
@@ -340,6 +344,7 @@ pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Num
 ) {
     let dh = comptime!(d_head.next_multiple_of(TILE));
     let dvp = comptime!(d_v.next_multiple_of(TILE));
+    let units = comptime!(planes * PLANE);
     let t = row_tile(&p, group, span, planes);
     let (b, r0, first_head, head, i0, kv_base) = (t.b, t.r0, t.first_head, t.head, t.i0, t.kv_base);
     let (tiles, w, lane) = (t.tiles, t.w, t.lane);
@@ -360,10 +365,10 @@ pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Num
 
     for pw in 0..planes {
         let (first, valid) = plane_rows(&p, b, first_head, r0, pw, tiles);
-        stage_rows::<F>(q, &mut q_s, pw * TILE * dh, first, valid, TILE, d_head);
-        stage_rows::<F>(grad, &mut do_s, pw * TILE * dvp, first, valid, TILE, d_v);
+        stage_rows::<F>(q, &mut q_s, pw * TILE * dh, first, valid, TILE, d_head, units);
+        stage_rows::<F>(grad, &mut do_s, pw * TILE * dvp, first, valid, TILE, d_v, units);
     }
-    clear::<C>(&mut dq_s, comptime!(planes * TILE * dh));
+    clear::<C>(&mut dq_s, comptime!(planes * TILE * dh), units);
 
     // The row a unit 0..16 owns, and its share of the bias's gradient.
     let r = lane % TILE;
@@ -390,8 +395,8 @@ pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Num
     let mut j0 = k_lo;
     while j0 < k_hi {
         sync_cube();
-        stage_rows::<F>(k, &mut k_s, 0, kv_base + j0, k_hi - j0, TILE, d_head);
-        stage_rows::<F>(v, &mut v_s, 0, kv_base + j0, k_hi - j0, TILE, d_v);
+        stage_rows::<F>(k, &mut k_s, 0, kv_base + j0, k_hi - j0, TILE, d_head, units);
+        stage_rows::<F>(v, &mut v_s, 0, kv_base + j0, k_hi - j0, TILE, d_v, units);
         stage_places::<I, J, P>(
             positions,
             segments,
@@ -404,6 +409,7 @@ pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Num
             &mut seen_s,
             &mut kseg_s,
             TILE,
+            units,
         );
         sync_cube();
 
@@ -589,4 +595,46 @@ pub(super) fn plan(
         }
     }
     None
+}
+
+/// Upper bounds on the loop iterations one invocation of the key kernel and of the query kernel
+/// runs with emulated products (what llvmpipe counts against
+/// [`LOOP_LIMIT`](super::tensor_cores::LOOP_LIMIT)): every run-time loop, every query row and
+/// key walked. The larger of the two.
+pub(super) fn backward_iterations(
+    plan: &BackwardPlan,
+    sizes: &Sizes,
+    group: usize,
+    bias_slots: usize,
+) -> usize {
+    let (dh, dvp) = (
+        sizes.d_head.next_multiple_of(TILE),
+        sizes.d_v.next_multiple_of(TILE),
+    );
+    let step = EMULATED_STEP;
+    let units = plan.key_planes * PLANE;
+    let rows = plan.key_planes * TILE;
+    let per_block = 1
+        + copy_iterations(TILE, sizes.d_head, units)
+        + copy_iterations(TILE, sizes.d_v, units)
+        + (dh + dvp) / step
+        + (dvp / TILE + dh / TILE) * (TILE / step);
+    let keys = copy_iterations(rows, sizes.d_head, units)
+        + copy_iterations(rows, sizes.d_v, units)
+        + group * (1 + sizes.seq_q.div_ceil(TILE) * per_block)
+        + (dh + dvp) / 2;
+    let planes = plan.span * plan.tiles;
+    let units = planes * PLANE;
+    let per_key_block = 1
+        + copy_iterations(TILE, sizes.d_head, units)
+        + copy_iterations(TILE, sizes.d_v, units)
+        + (dh + dvp) / step
+        + TILE
+        + dh / TILE * (TILE / step);
+    let queries = planes
+        * (1 + copy_iterations(TILE, sizes.d_head, units) + copy_iterations(TILE, sizes.d_v, units))
+        + 2 * bias_slots
+        + sizes.seq_k.div_ceil(TILE) * per_key_block
+        + sizes.d_head;
+    keys.max(queries)
 }

@@ -27,6 +27,7 @@
 #![allow(clippy::too_many_arguments)]
 
 mod backward;
+pub(crate) mod boundaries;
 mod backward_shared;
 mod backward_tensor_cores;
 mod backward_units;
@@ -504,11 +505,17 @@ pub(crate) fn launch(
     let group = sizes.n_heads / sizes.n_kv_heads;
     let properties = client.properties();
     let variant = pick(args.variant, &client, dtype);
+    let emulate = !cmma_ready(&client, dtype);
+    let cpu_adapter = properties.identity.physical.is_none();
     if variant == FlashVariant::TensorCores
         && let Some(plan) = tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
+        && !tensor_cores::cut_short(
+            tensor_cores::forward_iterations(&plan, &sizes),
+            emulate,
+            cpu_adapter,
+        )
     {
         count_launch(FlashVariant::TensorCores);
-        let emulate = !cmma_ready(&client, dtype);
         let values = ScalarValues::new(&sizes, args, plan.rows(), &positions, dtype, 0);
         let dtypes = storage_types(dtype, &positions, &segments, &padding);
         let u32_of = |v: usize, what: &str| {
@@ -560,7 +567,8 @@ pub(crate) fn launch(
         }
         return (output, lse);
     }
-    // The tensor-core kernel falls back to the shared one where it does not fit.
+    // The tensor-core kernel falls back to the shared one where it does not fit (or where
+    // llvmpipe would cut its loops short).
     let plan = match variant {
         FlashVariant::Shared | FlashVariant::TensorCores => {
             shared::plan(&sizes, group, dtype.size(), &properties.hardware)

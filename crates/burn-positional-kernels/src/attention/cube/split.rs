@@ -16,9 +16,9 @@ use cubecl::prelude::*;
 /// (wgpu does not): two per multiprocessor of a 132-multiprocessor H100 or H200.
 const TARGET_CUBES: usize = 256;
 /// The fewest keys a split of a tile walks: below this the combine costs more than it saves.
-const MIN_KEYS_PER_SPLIT: usize = 256;
+pub(super) const MIN_KEYS_PER_SPLIT: usize = 256;
 /// The most splits of one tile's keys.
-const MAX_SPLITS: usize = 32;
+pub(super) const MAX_SPLITS: usize = 32;
 
 /// Into how many runs the shared forward splits each tile's keys (flash-decoding): enough
 /// cubes for the device (`query_tiles x n_kv_heads x batch` times the splits reaching about two

@@ -41,15 +41,30 @@ pub(super) const TILE: usize = 16;
 const MAX_SHARED_BYTES: usize = 48 * 1024;
 /// The most planes in a cube.
 const MAX_PLANES: usize = 4;
+/// The values of `k` an emulated tile product takes per iteration of its loop.
+pub(super) const EMULATED_STEP: usize = 4;
+/// The values a unit copies per iteration of [`stage_rows`]' loop.
+const COPY_STEP: usize = 4;
+/// llvmpipe (lavapipe's compiler) ends every loop of a shader invocation once the iterations of
+/// all its loops add up to this (Mesa's `LP_MAX_TGSI_LOOP_ITERATIONS`, "shared between every
+/// loop"), silently: the kernel goes on with wrong sums and skips the rest of its loops. The
+/// tensor-core kernels count their iterations on a CPU adapter ([`forward_iterations`]) and
+/// leave a launch that would pass it to the shared kernel.
+pub(super) const LOOP_LIMIT: usize = 65_535;
 
 /// `c[16, 16] (+)= a[16, k] b[k, 16]` in f32, by the 32 units `lane` of one plane.
 ///
 /// `a` starts at `a_at` with `a_stride` between its rows (or, `a_cols`, between its columns);
 /// `b` likewise (`b_cols`: stored by columns, as `Kᵀ` is in a row-major `K`); `c` row-major
 /// from `c_at`, kept (`accumulate`) or overwritten. `k` is a multiple of 16. With `emulate`
-/// each unit computes 8 entries of `c` (entry `lane + 32 t`) in f32; otherwise one cooperative
-/// matrix product per 16 of `k`, `c` loaded as the accumulator and stored back. Every unit of
-/// the plane must call it (the matrices are the plane's).
+/// each unit computes 8 entries of `c` (column `lane % 16` of rows `lane / 16 + 2 t`) in f32;
+/// otherwise one cooperative matrix product per 16 of `k`, `c` loaded as the accumulator and
+/// stored back. Every unit of the plane must call it (the matrices are the plane's).
+///
+/// Emulated, the one run-time loop walks `k` in steps of [`EMULATED_STEP`] (its body
+/// unrolled): llvmpipe ends every loop of an invocation once their iterations add up to
+/// [`LOOP_LIMIT`], so the iterations per key are what bounds the lengths lavapipe computes
+/// right ([`forward_iterations`]).
 #[cube]
 pub(super) fn tile_product<F: Float, C: Float>(
     a: &[F],
@@ -69,27 +84,40 @@ pub(super) fn tile_product<F: Float, C: Float>(
     #[comptime] emulate: bool,
 ) {
     if comptime!(emulate) {
+        let col = lane % TILE;
+        let row0 = lane / TILE;
+        let mut sums = Array::<C>::new(comptime!(TILE * TILE / PLANE));
         #[unroll]
         for t in 0..comptime!(TILE * TILE / PLANE) {
-            let e = lane + t * PLANE;
-            let r = e / TILE;
-            let col = e % TILE;
             let mut sum = C::new(0.0);
             if comptime!(accumulate) {
-                sum = c[c_at + r * c_stride + col];
+                sum = c[c_at + (row0 + 2 * t) * c_stride + col];
             }
-            for kk in 0..k {
-                let mut ai = a_at + r * a_stride + kk;
-                if comptime!(a_cols) {
-                    ai = a_at + kk * a_stride + r;
-                }
+            sums[t] = sum;
+        }
+        for step in 0..comptime!(k / EMULATED_STEP) {
+            #[unroll]
+            for u in 0..EMULATED_STEP {
+                let kk = step * EMULATED_STEP + u;
                 let mut bi = b_at + kk * b_stride + col;
                 if comptime!(b_cols) {
                     bi = b_at + col * b_stride + kk;
                 }
-                sum += C::cast_from(a[ai]) * C::cast_from(b[bi]);
+                let bv = C::cast_from(b[bi]);
+                #[unroll]
+                for t in 0..comptime!(TILE * TILE / PLANE) {
+                    let r = row0 + 2 * t;
+                    let mut ai = a_at + r * a_stride + kk;
+                    if comptime!(a_cols) {
+                        ai = a_at + kk * a_stride + r;
+                    }
+                    sums[t] += C::cast_from(a[ai]) * bv;
+                }
             }
-            c[c_at + r * c_stride + col] = sum;
+        }
+        #[unroll]
+        for t in 0..comptime!(TILE * TILE / PLANE) {
+            c[c_at + (row0 + 2 * t) * c_stride + col] = sums[t];
         }
     } else {
         let a_layout = comptime!(if a_cols {
@@ -161,7 +189,8 @@ pub(super) fn tile_product<F: Float, C: Float>(
 /// Copies `rows` rows of `d` values from `src` (row `first + r` at `(first + r) * d`) into
 /// `dst[at..at + rows * width]`, `width` being `d` padded to a multiple of 16: rows from `valid`
 /// on and columns past `d` as zeros (their products are then 0, where a stale value could make
-/// a NaN). Every unit of the cube takes a share.
+/// a NaN). Each of the cube's `units` units takes a share, [`COPY_STEP`] values per iteration
+/// ([`LOOP_LIMIT`]).
 #[cube]
 pub(super) fn stage_rows<F: Float>(
     src: &Tensor<F>,
@@ -171,34 +200,47 @@ pub(super) fn stage_rows<F: Float>(
     valid: usize,
     #[comptime] rows: usize,
     #[comptime] d: usize,
+    #[comptime] units: usize,
 ) {
     let width = comptime!(d.next_multiple_of(TILE));
-    let mut e = UNIT_POS_X as usize;
-    while e < comptime!(rows * d.next_multiple_of(TILE)) {
-        let r = e / width;
-        let col = e % width;
-        let mut x = F::new(0.0);
-        if r < valid && col < d {
-            x = src[(first + r) * d + col];
+    let len = comptime!(rows * d.next_multiple_of(TILE));
+    for step in 0..comptime!(len.div_ceil(units * COPY_STEP)) {
+        #[unroll]
+        for u in 0..COPY_STEP {
+            let e = UNIT_POS_X as usize + (step * COPY_STEP + u) * units;
+            if e < len {
+                let r = e / width;
+                let col = e % width;
+                let mut x = F::new(0.0);
+                if r < valid && col < d {
+                    x = src[(first + r) * d + col];
+                }
+                dst[at + e] = x;
+            }
         }
-        dst[at + e] = x;
-        e += CUBE_DIM_X as usize;
     }
 }
 
-/// `dst[..len] = 0`, every unit of the cube taking a share.
+/// Run-time iterations of [`stage_rows`] for `rows` rows of `d` values over `units` units.
+pub(super) fn copy_iterations(rows: usize, d: usize, units: usize) -> usize {
+    (rows * d.next_multiple_of(TILE)).div_ceil(units * COPY_STEP)
+}
+
+/// `dst[..len] = 0`, each of the cube's `units` units taking a share, unrolled.
 #[cube]
-pub(super) fn clear<C: Float>(dst: &mut [C], #[comptime] len: usize) {
-    let mut e = UNIT_POS_X as usize;
-    while e < len {
-        dst[e] = C::new(0.0);
-        e += CUBE_DIM_X as usize;
+pub(super) fn clear<C: Float>(dst: &mut [C], #[comptime] len: usize, #[comptime] units: usize) {
+    #[unroll]
+    for i in 0..comptime!(len.div_ceil(units)) {
+        let e = UNIT_POS_X as usize + i * units;
+        if e < len {
+            dst[e] = C::new(0.0);
+        }
     }
 }
 
 /// Where keys `first..first + count` of sequence `b` sit ([`key_place`]: position, whether it
 /// may be seen, segment) into three shared arrays; keys from `end` on are out of range (never
-/// seen). Every unit of the cube takes a share.
+/// seen). Each of the cube's `units` units takes a share, unrolled.
 #[cube]
 pub(super) fn stage_places<I: Int, J: Int, P: Numeric>(
     positions: &Tensor<I>,
@@ -212,19 +254,22 @@ pub(super) fn stage_places<I: Int, J: Int, P: Numeric>(
     seen_s: &mut [u32],
     segment_s: &mut [i32],
     #[comptime] count: usize,
+    #[comptime] units: usize,
 ) {
-    let mut c = UNIT_POS_X as usize;
-    while c < count {
-        let j = first + c;
-        let (kp, seen, segment) = key_place(positions, segments, padding, p, b, j, j < end);
-        kp_s[c] = kp;
-        let mut bit = 0u32;
-        if seen {
-            bit = 1u32;
+    #[unroll]
+    for i in 0..comptime!(count.div_ceil(units)) {
+        let c = UNIT_POS_X as usize + i * units;
+        if c < count {
+            let j = first + c;
+            let (kp, seen, segment) = key_place(positions, segments, padding, p, b, j, j < end);
+            kp_s[c] = kp;
+            let mut bit = 0u32;
+            if seen {
+                bit = 1u32;
+            }
+            seen_s[c] = bit;
+            segment_s[c] = segment;
         }
-        seen_s[c] = bit;
-        segment_s[c] = segment;
-        c += CUBE_DIM_X as usize;
     }
 }
 
@@ -327,6 +372,7 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
 ) {
     let dh = comptime!(d_head.next_multiple_of(TILE));
     let dvp = comptime!(d_v.next_multiple_of(TILE));
+    let units = comptime!(planes * PLANE);
     let t = row_tile(&p, group, span, planes);
     let (b, r0, first_head, head, i0, kv_base) = (t.b, t.r0, t.first_head, t.head, t.i0, t.kv_base);
     let (tiles, w, lane) = (t.tiles, t.w, t.lane);
@@ -342,13 +388,15 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
     let mut kp_s = Shared::<[i32]>::new_slice(stage);
     let mut seen_s = Shared::<[u32]>::new_slice(stage);
     let mut segment_s = Shared::<[i32]>::new_slice(stage);
+    // Each row's rescale of the stage (emulated products apply it; `cmma` rows by their owner).
+    let mut correction_s = Shared::<[C]>::new_slice(comptime!(planes * TILE));
 
     // 1. The planes' query rows (zeros past `seq_q` and `d_head`) and their outputs, cleared.
     for pw in 0..planes {
         let (first, valid) = plane_rows(&p, b, first_head, r0, pw, tiles);
-        stage_rows::<F>(q, &mut q_s, pw * TILE * dh, first, valid, TILE, d_head);
+        stage_rows::<F>(q, &mut q_s, pw * TILE * dh, first, valid, TILE, d_head, units);
     }
-    clear::<C>(&mut o_s, comptime!(planes * TILE * dvp));
+    clear::<C>(&mut o_s, comptime!(planes * TILE * dvp), units);
 
     // The row a unit 0..16 owns: its place, running maximum and sum.
     let r = lane % TILE;
@@ -366,8 +414,8 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
         // 2. The stage's keys and values (zeros past `k_hi` and the head widths: their weights
         // are 0, and 0 times a stale value could be NaN), and where each key sits.
         let n = min(stage, k_hi - j0);
-        stage_rows::<F>(k, &mut k_s, 0, kv_base + j0, n, stage, d_head);
-        stage_rows::<F>(v, &mut v_s, 0, kv_base + j0, n, stage, d_v);
+        stage_rows::<F>(k, &mut k_s, 0, kv_base + j0, n, stage, d_head, units);
+        stage_rows::<F>(v, &mut v_s, 0, kv_base + j0, n, stage, d_v, units);
         stage_places::<I, J, P>(
             positions,
             segments,
@@ -380,6 +428,7 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
             &mut seen_s,
             &mut segment_s,
             stage,
+            units,
         );
         sync_cube();
 
@@ -428,15 +477,19 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
             }
             let m_new = max(m, block_max);
             let seen = m_new > C::new(UNSEEN);
+            let mut correction = C::new(1.0);
             if seen {
-                let correction = C::exp(m - m_new);
+                correction = C::exp(m - m_new);
                 l *= correction;
-                let o_base = (w * TILE + r) * dvp;
-                for d in 0..dvp {
-                    o_s[o_base + d] = o_s[o_base + d] * correction;
+                if comptime!(!emulate) {
+                    let o_base = (w * TILE + r) * dvp;
+                    for d in 0..dvp {
+                        o_s[o_base + d] = o_s[o_base + d] * correction;
+                    }
                 }
                 m = m_new;
             }
+            correction_s[w * TILE + r] = correction;
             for c in 0..stage {
                 let mut weight = C::new(0.0);
                 if seen {
@@ -448,9 +501,19 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
         }
         sync_cube();
 
-        // 5. O += P V, one 16-column tile of the output at a time.
+        // 5. O += P V, one 16-column tile of the output at a time. Emulated, each unit first
+        // rescales the 8 entries of the tile it sums (unrolled: the row owner's loop over the
+        // row would be `dvp` more iterations per stage, see [`LOOP_LIMIT`]).
         #[unroll]
         for t in 0..comptime!(dvp / TILE) {
+            if comptime!(emulate) {
+                #[unroll]
+                for u in 0..comptime!(TILE * TILE / PLANE) {
+                    let row = w * TILE + lane / TILE + 2 * u;
+                    let at = row * dvp + t * TILE + lane % TILE;
+                    o_s[at] = o_s[at] * correction_s[row];
+                }
+            }
             tile_product::<F, C>(
                 &p_s,
                 w * TILE * stage,
@@ -530,7 +593,7 @@ pub(super) fn plan(
     let budget = hardware.max_shared_memory_size.min(MAX_SHARED_BYTES);
     let bytes = |plan: &TensorPlan| {
         let planes = plan.planes();
-        planes * TILE * (dh * elem_size + dvp * 4 + plan.stage * (4 + elem_size))
+        planes * TILE * (dh * elem_size + dvp * 4 + plan.stage * (4 + elem_size) + 4)
             + plan.stage * ((dh + dvp) * elem_size + 12)
     };
     let spans = (1..=group.min(MAX_PLANES))
@@ -554,4 +617,30 @@ pub(super) fn plan(
         }
     }
     None
+}
+
+/// An upper bound on the loop iterations one invocation of the forward runs with emulated
+/// products: what llvmpipe counts against [`LOOP_LIMIT`]. Every run-time loop of the kernel, at
+/// its most (every key of `seq_k` walked).
+pub(super) fn forward_iterations(plan: &TensorPlan, sizes: &Sizes) -> usize {
+    let (dh, dvp) = (
+        sizes.d_head.next_multiple_of(TILE),
+        sizes.d_v.next_multiple_of(TILE),
+    );
+    let (planes, stage) = (plan.planes(), plan.stage);
+    let units = planes * PLANE;
+    let setup = planes * (1 + copy_iterations(TILE, sizes.d_head, units));
+    let per_stage = 1
+        + copy_iterations(stage, sizes.d_head, units)
+        + copy_iterations(stage, sizes.d_v, units)
+        + stage / TILE * (dh / EMULATED_STEP)
+        + 2 * stage
+        + dvp / TILE * (stage / EMULATED_STEP);
+    setup + sizes.seq_k.div_ceil(stage) * per_stage + sizes.d_v
+}
+
+/// Whether a launch of `iterations` loop iterations an invocation would be cut short on this
+/// device: a CPU adapter (lavapipe's llvmpipe) running the emulated products.
+pub(super) fn cut_short(iterations: usize, emulate: bool, cpu_adapter: bool) -> bool {
+    emulate && cpu_adapter && iterations >= LOOP_LIMIT
 }

@@ -1,0 +1,117 @@
+//! Where each kernel's walk changes with the lengths, read from the plans themselves: the
+//! cases a test (and the GPU kit's check) must take on both sides of, so that a new plan gets
+//! its cases without anyone remembering to add them.
+
+use std::collections::BTreeSet;
+
+use cubecl::ir::HardwareProperties;
+
+use super::backward::per_unit as backward_per_unit;
+use super::tensor_cores::{LOOP_LIMIT, TILE, forward_iterations};
+use super::{KEY_BLOCK, backward_shared, backward_tensor_cores, registers, shared, split};
+use crate::attention::boundaries::{FlashBoundaries, LONG};
+use crate::attention::Sizes;
+use crate::attention::variant::FlashVariant;
+
+fn around(set: &mut BTreeSet<usize>, n: usize) {
+    for m in [n.saturating_sub(1), n, n + 1, 2 * n + 1] {
+        if m > 0 {
+            set.insert(m);
+        }
+    }
+}
+
+/// The boundaries of `variant` (resolved: not `Auto`) for heads of `d_head` and `d_v` in
+/// groups of `group`, with `elem_size`-byte floats, on a device with `hardware`; `cpu_adapter`
+/// and `emulate` say whether llvmpipe's loop limit applies. `key_splits` is a forced split count
+/// (the tests'), else the device's `multiprocessors` decide.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn boundaries(
+    variant: FlashVariant,
+    group: usize,
+    d_head: usize,
+    d_v: usize,
+    elem_size: usize,
+    hardware: &HardwareProperties,
+    emulate_on_cpu: bool,
+    key_splits: Option<usize>,
+) -> FlashBoundaries {
+    // A long call: the plans' choices that do not depend on the length.
+    let sizes = |seq_q: usize, seq_k: usize| Sizes {
+        batch: 1,
+        n_heads: group,
+        n_kv_heads: 1,
+        seq_q,
+        seq_k,
+        d_head,
+        d_v,
+    };
+    let long = sizes(4096, 4096);
+    let mut queries = BTreeSet::from([1]);
+    let mut keys: BTreeSet<usize> = LONG.into_iter().collect();
+    let mut loop_limit_keys = None;
+    // The backward's register kernel is every variant's fallback: its blocks always apply.
+    let per_unit = backward_per_unit(&long);
+    around(&mut queries, per_unit);
+    match variant {
+        FlashVariant::TensorCores => {
+            if let Some(plan) = super::tensor_cores::plan(&long, group, elem_size, hardware) {
+                around(&mut queries, plan.rows());
+                around(&mut keys, plan.stage);
+                if emulate_on_cpu {
+                    // The most keys of one query row under the limit, and one past it.
+                    // The iterations grow with the keys: the last length that fits, by bisection.
+                    let fits = |n: usize| forward_iterations(&plan, &sizes(1, n)) < LOOP_LIMIT;
+                    let (mut lo, mut hi) = (0, LOOP_LIMIT * TILE);
+                    while lo + 1 < hi {
+                        let mid = (lo + hi) / 2;
+                        if fits(mid) { lo = mid } else { hi = mid }
+                    }
+                    keys.insert(lo);
+                    keys.insert(lo + 1);
+                    loop_limit_keys = Some(lo);
+                }
+            }
+            if let Some(plan) = backward_tensor_cores::plan(&long, group, elem_size, hardware) {
+                around(&mut queries, plan.tiles * TILE);
+                around(&mut keys, plan.key_planes * TILE);
+            }
+        }
+        FlashVariant::Shared => {
+            if let Some(plan) = shared::plan(&long, group, elem_size, hardware) {
+                around(&mut queries, plan.rows);
+                around(&mut queries, plan.per_unit);
+                around(&mut keys, plan.stage.unwrap_or(KEY_BLOCK));
+                // Key splits: a forced count applies from that many keys on; the device's own
+                // change every `MIN_KEYS_PER_SPLIT` keys up to the most splits.
+                match key_splits {
+                    Some(n) => around(&mut keys, n),
+                    None => {
+                        for n in [1, 2, split::MAX_SPLITS] {
+                            around(&mut keys, n * split::MIN_KEYS_PER_SPLIT);
+                        }
+                    }
+                }
+            }
+            if let Some(plan) = backward_shared::plan(&long, group, elem_size, hardware) {
+                around(&mut queries, plan.rows);
+                around(&mut keys, plan.stage.unwrap_or(KEY_BLOCK));
+            }
+        }
+        _ => {
+            let plan = registers::plan(&long, group);
+            around(&mut queries, plan.rows);
+            around(&mut queries, plan.per_unit);
+            around(&mut keys, KEY_BLOCK);
+        }
+    }
+    // The register backward's key cubes hold `units x per_unit` keys.
+    let units = group * super::units_per_head(long.seq_q, per_unit, group);
+    around(&mut keys, units * per_unit);
+    FlashBoundaries {
+        queries: queries.into_iter().collect(),
+        keys: keys.into_iter().collect(),
+        loop_limit_keys,
+    }
+}
+
