@@ -44,7 +44,7 @@ use std::time::Instant;
 use burn::prelude::*;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{DType, Distribution};
+use burn::tensor::{DType, Distribution, TensorData};
 use burn_positional::{AttendOptions, AttentionInput, KvCache, SelfAttentionConfig, attend};
 use burn_positional_examples::device::{DeviceChoice, open};
 
@@ -362,8 +362,10 @@ fn check_tensor_cores(device_name: &str) {
             continue;
         }
         set_flash_variant(FlashVariant::Auto);
-        let cmma = flash_variant_for(&device, dtype) == FlashVariant::TensorCores;
-        println!("{dtype:?}: Auto picks the tensor-core kernel (cmma): {cmma}");
+        println!(
+            "{dtype:?}: Auto picks {:?}",
+            flash_variant_for(&device, dtype)
+        );
         for (heads, kv, d_head, t5) in [(8, 8, 32, false), (8, 2, 64, true), (4, 4, 128, false)] {
             let normal = |h: usize| {
                 Tensor::<4>::random([1, h, seq, d_head], Distribution::Normal(0.0, 1.0), &device)
@@ -429,15 +431,56 @@ fn check_tensor_cores(device_name: &str) {
             };
             let ours = run(FlashVariant::TensorCores);
             let want = run(FlashVariant::Registers);
-            for (name, (a, b)) in ["output", "dq", "dk", "dv", "dbias"]
+            // The slow twin (burn's own ops per tile of 16 rows, in f32 on the rounded inputs):
+            // the referee where the two kernels disagree.
+            let twin = {
+                let f32_of = |t: &Tensor<4>| t.clone().cast(DType::F32).require_grad();
+                let (q, k, v) = (f32_of(&q), f32_of(&k), f32_of(&v));
+                let bias = bias.clone().cast(DType::F32).require_grad();
+                let options =
+                    if t5 {
+                        AttendOptions::new()
+                            .causal(true)
+                            .window(burn_positional::Window::hf(100))
+                            .bias(burn_positional::AttentionBias::ByDistance {
+                                bias: bias.clone(),
+                                reach: 128,
+                            })
+                    } else {
+                        AttendOptions::new().causal(true).bias(
+                            burn_positional::AttentionBias::Alibi(bias.clone().reshape([heads])),
+                        )
+                    };
+                let out = burn_positional_kernels::reference_attention(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    &options.tile_rows(16),
+                );
+                let grads = (out.clone() * w.clone()).sum().backward();
+                let grad = |t: &Tensor<4>| t.grad(&grads).expect("a gradient");
+                [
+                    out.reshape([heads * seq * d_head]),
+                    grad(&q).reshape([heads * seq * d_head]),
+                    grad(&k).reshape([kv * seq * d_head]),
+                    grad(&v).reshape([kv * seq * d_head]),
+                    bias.grad(&grads)
+                        .expect("the bias's gradient")
+                        .flatten::<1>(0, 1),
+                ]
+            };
+            for (name, ((a, b), t)) in ["output", "dq", "dk", "dv", "dbias"]
                 .iter()
-                .zip(ours.into_iter().zip(want))
+                .zip(ours.into_iter().zip(want).zip(twin))
             {
-                let size = b.clone().abs().max().into_scalar::<f32>().max(1.0);
-                let diff = (a - b).abs().max().into_scalar::<f32>() / size;
-                let ok = diff <= tolerance;
+                let size = t.clone().abs().max().into_scalar::<f32>().max(1.0);
+                let diff = (a.clone() - b.clone()).abs().max().into_scalar::<f32>() / size;
+                let ours_twin = (a - t.clone()).abs().max().into_scalar::<f32>() / size;
+                let registers_twin = (b - t).abs().max().into_scalar::<f32>() / size;
+                let ok = diff <= tolerance && ours_twin <= tolerance;
                 println!(
-                    "{dtype:?} heads {heads}/{kv} d {d_head} {}: {name} differs by {diff:.2e} of its size {}",
+                    "{dtype:?} heads {heads}/{kv} d {d_head} {}: {name} differs by {diff:.2e} of its size \
+                     (tensor cores - twin {ours_twin:.2e}, registers - twin {registers_twin:.2e}) {}",
                     if t5 { "t5, window" } else { "alibi" },
                     if ok { "ok" } else { "MISMATCH" }
                 );
@@ -449,8 +492,157 @@ fn check_tensor_cores(device_name: &str) {
             }
         }
     }
+    sweep_tensor_cores(&device, &mut failed);
     assert!(failed.is_empty(), "tensor-core kernels differ: {failed:?}");
     println!("tensor-core check: ok");
+}
+
+/// The tensor-core kernels across the boundaries of their plans on this device
+/// (`flash_boundaries`: the same lengths the kernels' `flash_sweep` tests take on lavapipe, here
+/// with the device's own plans and `cmma`), f16 and bf16, head widths 32, 40, 64, 96 and 128,
+/// 4 query heads over 2: one query row over every key count (forward), every row count over as
+/// many keys (forward and gradients), and the two calls issue 61 found wrong; each against the
+/// slow twin in f32 on the same rounded inputs.
+fn sweep_tensor_cores(device: &Device, failed: &mut Vec<String>) {
+    use burn_positional_kernels::{
+        FlashVariant, flash_boundaries, reference_attention, set_flash_variant,
+    };
+    let started = Instant::now();
+    let mut cases = 0;
+    set_flash_variant(FlashVariant::TensorCores);
+    for (dtype, tolerance) in [(DType::F16, 1e-2f32), (DType::BF16, 6e-2)] {
+        if !device.supports_dtype(dtype) {
+            continue;
+        }
+        for d in [32, 40, 64, 96, 128] {
+            let b = flash_boundaries(device, FlashVariant::TensorCores, dtype, 4, 2, d, d);
+            let mut one =
+                |heads: (usize, usize),
+                 rows: usize,
+                 keys: usize,
+                 grads: bool,
+                 extra: &dyn Fn(AttendOptions) -> AttendOptions| {
+                    let normal = |h: usize, n: usize| {
+                        Tensor::<4>::random([1, h, n, d], Distribution::Normal(0.0, 1.0), device)
+                            .cast(dtype)
+                            .cast(DType::F32)
+                    };
+                    let (q, k, v) = (
+                        normal(heads.0, rows),
+                        normal(heads.1, keys),
+                        normal(heads.1, keys),
+                    );
+                    let options = extra(AttendOptions::new().causal(true).offset(keys - rows));
+                    let track = |t: &Tensor<4>| {
+                        if grads {
+                            t.clone().require_grad()
+                        } else {
+                            t.clone()
+                        }
+                    };
+                    let (qf, kf, vf) = (track(&q), track(&k), track(&v));
+                    let fast = attend(
+                        qf.clone().cast(dtype),
+                        kf.clone().cast(dtype),
+                        vf.clone().cast(dtype),
+                        &options,
+                    )
+                    .cast(DType::F32);
+                    let (qs, ks, vs) = (track(&q), track(&k), track(&v));
+                    let slow = reference_attention(
+                        qs.clone(),
+                        ks.clone(),
+                        vs.clone(),
+                        &options.clone().tile_rows(16),
+                    );
+                    let off = |a: Tensor<4>, b: Tensor<4>| {
+                        let size = b.clone().abs().max().into_scalar::<f32>().max(1.0);
+                        (a - b).abs().max().into_scalar::<f32>() / size
+                    };
+                    let mut worst = vec![("output", off(fast.clone(), slow.clone()))];
+                    if grads {
+                        let w = Tensor::<4>::random(
+                            fast.dims(),
+                            Distribution::Normal(0.0, 1.0),
+                            device,
+                        );
+                        let gf = (fast * w.clone()).sum().backward();
+                        let gs = (slow * w).sum().backward();
+                        for (name, f, s) in [("dq", &qf, &qs), ("dk", &kf, &ks), ("dv", &vf, &vs)] {
+                            worst.push((name, off(f.grad(&gf).unwrap(), s.grad(&gs).unwrap())));
+                        }
+                    }
+                    for (name, diff) in worst {
+                        if diff.is_nan() || diff > tolerance {
+                            let line = format!(
+                                "{dtype:?} d {d} heads {}/{} {rows} rows over {keys} keys: {name} differs by {diff:.2e}",
+                                heads.0, heads.1
+                            );
+                            println!("sweep: {line} MISMATCH");
+                            failed.push(line);
+                        }
+                    }
+                };
+            for &keys in &b.keys {
+                one((4, 2), 1, keys, false, &|o| o);
+                cases += 1;
+            }
+            for &rows in &b.queries {
+                one((4, 2), rows, rows, true, &|o| o);
+                cases += 1;
+            }
+            one((4, 2), *b.queries.last().unwrap(), 2049, true, &|o| o);
+            cases += 1;
+            if d == 40 {
+                let packed = |o: AttendOptions| {
+                    let ids: Vec<i64> = (0..700)
+                        .map(|i| (i >= 300) as i64 + (i >= 550) as i64)
+                        .collect();
+                    let pos: Vec<i64> = (0..700)
+                        .map(|i| {
+                            if i < 300 {
+                                i
+                            } else if i < 550 {
+                                i - 300
+                            } else {
+                                i - 550
+                            }
+                        })
+                        .collect();
+                    let ints = |v: &Vec<i64>| {
+                        Tensor::<2, Int>::from_data(TensorData::new(v.clone(), [1, 700]), device)
+                    };
+                    o.segments(ints(&ids), ints(&ids))
+                        .positions(ints(&pos), ints(&pos))
+                        .softcap(20.0)
+                        .window(burn_positional::Window::hf(256))
+                };
+                one((4, 1), 700, 700, true, &packed);
+                cases += 1;
+            }
+            if d == 64 {
+                let alibi = |o: AttendOptions| {
+                    o.bias(burn_positional::AttentionBias::Alibi(
+                        Tensor::<1>::from_floats([0.5, 0.25, 0.125, 0.0625], device),
+                    ))
+                };
+                one((4, 2), 1024, 1024, true, &alibi);
+                cases += 1;
+            }
+            println!(
+                "sweep: {dtype:?} d {d}: keys {:?}, rows {:?}; {:.1} s so far",
+                b.keys,
+                b.queries,
+                started.elapsed().as_secs_f32()
+            );
+        }
+    }
+    set_flash_variant(FlashVariant::Auto);
+    println!(
+        "sweep: {cases} cases in {:.1} s, {} mismatched",
+        started.elapsed().as_secs_f32(),
+        failed.len()
+    );
 }
 
 pub fn main() {

@@ -65,7 +65,8 @@ pub use api::{
 };
 pub use attention::{
     AttendOptions, AttentionBias, AttentionPositions, FLASH_VARIANT_ENV, FlashBoundaries,
-    FlashVariant, Window, flash_boundaries, flash_variant, flash_variant_for, reference_attention, set_flash_variant, tiled_attention,
+    FlashVariant, Window, flash_boundaries, flash_variant, flash_variant_for, reference_attention,
+    set_flash_variant, tiled_attention,
 };
 #[cfg(feature = "testing")]
 #[doc(hidden)]

@@ -8,6 +8,8 @@
 
 #[path = "flash.rs"]
 mod flash;
+#[path = "flash_sweep.rs"]
+mod flash_sweep;
 #[path = "fused_vs_reference.rs"]
 mod fused_vs_reference;
 #[path = "rope.rs"]

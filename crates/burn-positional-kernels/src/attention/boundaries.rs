@@ -12,7 +12,7 @@ pub(crate) const LONG: [usize; 5] = [1024, 1025, 2048, 2049, 3000];
 
 /// Where one variant's plan changes how its kernels walk a call, on one device: every length
 /// on both sides of each block the plan chose (`n - 1`, `n`, `n + 1` and one past two blocks),
-/// with [`LONG`]'s lengths among the keys. Sorted, without repeats.
+/// with 1,024, 1,025, 2,048, 2,049 and 3,000 among the keys. Sorted, without repeats.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FlashBoundaries {
     /// Query rows: one (a decoding step) and the rows of a cube (forward and backward) and of a
@@ -25,6 +25,9 @@ pub struct FlashBoundaries {
     /// may walk before the forward leaves the launch to the shared kernel (llvmpipe's loop
     /// limit, llvmpipe's 65,535 iterations); `None` elsewhere.
     pub loop_limit_keys: Option<usize>,
+    /// Whether the variant's own kernels run these heads on this device (a plan fits its
+    /// shared memory); where not, its fallback's boundaries are what the lists hold.
+    pub fits: bool,
 }
 
 /// Where `variant`'s kernels change how they walk an attention call on `device` (the plans it
@@ -76,6 +79,7 @@ pub fn flash_boundaries(
                 dtype.size(),
                 &properties.hardware,
                 emulate && cpu,
+                !emulate,
                 super::variant::requested_key_splits(),
             )
         }
@@ -85,6 +89,7 @@ pub fn flash_boundaries(
                 queries: vec![1],
                 keys: LONG.to_vec(),
                 loop_limit_keys: None,
+                fits: false,
             }
         }
     }

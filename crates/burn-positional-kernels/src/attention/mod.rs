@@ -31,21 +31,21 @@
 //! their checks and the extension's default bodies and output metadata for both directions
 //! all follow the op's arguments; the kernels live in the submodules.
 
+mod boundaries;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod cube;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 pub(crate) mod host;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 pub(crate) mod host_backward;
-mod boundaries;
 mod pass;
 mod tile;
 mod variant;
 
+pub use boundaries::{FlashBoundaries, flash_boundaries};
 pub(crate) use pass::forward;
 pub(crate) use pass::{Saved, backward};
 pub(crate) use tile::{BiasKind, Extras, TileArgs};
-pub use boundaries::{FlashBoundaries, flash_boundaries};
 pub use variant::{
     FLASH_VARIANT_ENV, FlashVariant, flash_variant, flash_variant_for, set_flash_variant,
 };

@@ -27,10 +27,11 @@ use burn::tensor::Device;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum FlashVariant {
     /// By the device: [`FlashVariant::Registers`] on an adapter that is a CPU (lavapipe,
-    /// llvmpipe, the CubeCL CPU runtime: those report no physical card); on a GPU,
-    /// [`FlashVariant::TensorCores`] for f16 and bf16 where it reports cooperative matrices of
-    /// 16x16x16 in that dtype with f32 accumulators and 32-unit planes (CUDA; Vulkan through
-    /// burn's `vulkan` feature), otherwise [`FlashVariant::Shared`].
+    /// llvmpipe, the CubeCL CPU runtime: those report no physical card), otherwise
+    /// [`FlashVariant::Shared`], in every dtype. On an H200 through CUDA (`docs/gpu.md`, 2026-11-28)
+    /// the shared forward took 3.8 ms where the tensor-core one took 9.4 ms (f16, causal,
+    /// `[1, 8, 8192, 32]`), the backwards 20.1 and 20.4 ms, and the tensor-core kernels gave
+    /// wrong numbers at head widths 40 and 96: `Auto` does not pick them.
     #[default]
     Auto,
     /// Each unit keeps a few query rows in registers and reads keys and values straight from
@@ -54,6 +55,10 @@ pub enum FlashVariant {
     /// Where the device has no cooperative matrix for the dtype (f32 anywhere, WGSL, lavapipe)
     /// the same kernel runs with each 16x16 product done by the plane's units in f32: slower,
     /// and what CI checks of everything around the products.
+    ///
+    /// Only when asked for: `Auto` never picks it (see there). With cooperative matrices it
+    /// runs heads of 32, 64 and 128 only (padded widths, for q/k and for v), the widths checked
+    /// against the slow twin on a GPU; other widths take the shared kernel.
     TensorCores,
 }
 
@@ -239,21 +244,16 @@ pub(crate) fn resolve(
     }
 }
 
-/// `variant` resolved for a launch on `client` with inputs of `dtype`: [`resolve`], then `Auto`
-/// on a GPU is [`FlashVariant::TensorCores`] where [`cmma_ready`] says the device has them for
-/// the dtype.
+/// `variant` resolved for a launch on `client` with inputs of `dtype`: [`resolve`] (`Auto` is
+/// never the tensor-core kernel: [`FlashVariant::Auto`] says why).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) fn pick(
     variant: FlashVariant,
     client: &cubecl::client::Client,
     dtype: burn::tensor::DType,
 ) -> FlashVariant {
-    match resolve(variant, &client.properties().identity) {
-        FlashVariant::Shared if variant == FlashVariant::Auto && cmma_ready(client, dtype) => {
-            FlashVariant::TensorCores
-        }
-        resolved => resolved,
-    }
+    let _ = dtype;
+    resolve(variant, &client.properties().identity)
 }
 
 /// Whether the device runs cooperative matrices of 16x16x16 with `dtype` operands (f16 or

@@ -431,6 +431,7 @@ pub(crate) fn launch_backward(
     let emulate = !cmma_ready(&client, dtype);
     let cpu_adapter = properties.identity.physical.is_none();
     if variant == FlashVariant::TensorCores
+        && super::tensor_cores::width_checked(&sizes, emulate)
         && let Some(plan) =
             super::backward_tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
         && !super::tensor_cores::cut_short(

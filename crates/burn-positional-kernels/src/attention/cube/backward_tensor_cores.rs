@@ -365,8 +365,26 @@ pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Num
 
     for pw in 0..planes {
         let (first, valid) = plane_rows(&p, b, first_head, r0, pw, tiles);
-        stage_rows::<F>(q, &mut q_s, pw * TILE * dh, first, valid, TILE, d_head, units);
-        stage_rows::<F>(grad, &mut do_s, pw * TILE * dvp, first, valid, TILE, d_v, units);
+        stage_rows::<F>(
+            q,
+            &mut q_s,
+            pw * TILE * dh,
+            first,
+            valid,
+            TILE,
+            d_head,
+            units,
+        );
+        stage_rows::<F>(
+            grad,
+            &mut do_s,
+            pw * TILE * dvp,
+            first,
+            valid,
+            TILE,
+            d_v,
+            units,
+        );
     }
     clear::<C>(&mut dq_s, comptime!(planes * TILE * dh), units);
 
@@ -632,7 +650,8 @@ pub(super) fn backward_iterations(
         + TILE
         + dh / TILE * (TILE / step);
     let queries = planes
-        * (1 + copy_iterations(TILE, sizes.d_head, units) + copy_iterations(TILE, sizes.d_v, units))
+        * (1 + copy_iterations(TILE, sizes.d_head, units)
+            + copy_iterations(TILE, sizes.d_v, units))
         + 2 * bias_slots
         + sizes.seq_k.div_ceil(TILE) * per_key_block
         + sizes.d_head;

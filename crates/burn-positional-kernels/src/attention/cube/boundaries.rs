@@ -9,8 +9,8 @@ use cubecl::ir::HardwareProperties;
 use super::backward::per_unit as backward_per_unit;
 use super::tensor_cores::{LOOP_LIMIT, TILE, forward_iterations};
 use super::{KEY_BLOCK, backward_shared, backward_tensor_cores, registers, shared, split};
-use crate::attention::boundaries::{FlashBoundaries, LONG};
 use crate::attention::Sizes;
+use crate::attention::boundaries::{FlashBoundaries, LONG};
 use crate::attention::variant::FlashVariant;
 
 fn around(set: &mut BTreeSet<usize>, n: usize) {
@@ -23,7 +23,8 @@ fn around(set: &mut BTreeSet<usize>, n: usize) {
 
 /// The boundaries of `variant` (resolved: not `Auto`) for heads of `d_head` and `d_v` in
 /// groups of `group`, with `elem_size`-byte floats, on a device with `hardware`; `cpu_adapter`
-/// and `emulate` say whether llvmpipe's loop limit applies. `key_splits` is a forced split count
+/// and `emulate` say whether llvmpipe's loop limit applies, `cmma` whether the products run on
+/// cooperative matrices. `key_splits` is a forced split count
 /// (the tests'), else the device's `multiprocessors` decide.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn boundaries(
@@ -34,6 +35,7 @@ pub(crate) fn boundaries(
     elem_size: usize,
     hardware: &HardwareProperties,
     emulate_on_cpu: bool,
+    cmma: bool,
     key_splits: Option<usize>,
 ) -> FlashBoundaries {
     // A long call: the plans' choices that do not depend on the length.
@@ -50,12 +52,18 @@ pub(crate) fn boundaries(
     let mut queries = BTreeSet::from([1]);
     let mut keys: BTreeSet<usize> = LONG.into_iter().collect();
     let mut loop_limit_keys = None;
+    let mut fits = true;
     // The backward's register kernel is every variant's fallback: its blocks always apply.
     let per_unit = backward_per_unit(&long);
     around(&mut queries, per_unit);
     match variant {
         FlashVariant::TensorCores => {
-            if let Some(plan) = super::tensor_cores::plan(&long, group, elem_size, hardware) {
+            let forward = super::tensor_cores::plan(&long, group, elem_size, hardware);
+            let backward = backward_tensor_cores::plan(&long, group, elem_size, hardware);
+            fits = forward.is_some()
+                && backward.is_some()
+                && super::tensor_cores::width_checked(&long, !cmma);
+            if let Some(plan) = forward {
                 around(&mut queries, plan.rows());
                 around(&mut keys, plan.stage);
                 if emulate_on_cpu {
@@ -72,13 +80,16 @@ pub(crate) fn boundaries(
                     loop_limit_keys = Some(lo);
                 }
             }
-            if let Some(plan) = backward_tensor_cores::plan(&long, group, elem_size, hardware) {
+            if let Some(plan) = backward {
                 around(&mut queries, plan.tiles * TILE);
                 around(&mut keys, plan.key_planes * TILE);
             }
         }
         FlashVariant::Shared => {
-            if let Some(plan) = shared::plan(&long, group, elem_size, hardware) {
+            let forward = shared::plan(&long, group, elem_size, hardware);
+            let backward = backward_shared::plan(&long, group, elem_size, hardware);
+            fits = forward.is_some() && backward.is_some();
+            if let Some(plan) = forward {
                 around(&mut queries, plan.rows);
                 around(&mut queries, plan.per_unit);
                 around(&mut keys, plan.stage.unwrap_or(KEY_BLOCK));
@@ -93,7 +104,7 @@ pub(crate) fn boundaries(
                     }
                 }
             }
-            if let Some(plan) = backward_shared::plan(&long, group, elem_size, hardware) {
+            if let Some(plan) = backward {
                 around(&mut queries, plan.rows);
                 around(&mut keys, plan.stage.unwrap_or(KEY_BLOCK));
             }
@@ -112,6 +123,6 @@ pub(crate) fn boundaries(
         queries: queries.into_iter().collect(),
         keys: keys.into_iter().collect(),
         loop_limit_keys,
+        fits,
     }
 }
-

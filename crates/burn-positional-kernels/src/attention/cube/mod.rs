@@ -27,10 +27,10 @@
 #![allow(clippy::too_many_arguments)]
 
 mod backward;
-pub(crate) mod boundaries;
 mod backward_shared;
 mod backward_tensor_cores;
 mod backward_units;
+pub(crate) mod boundaries;
 mod registers;
 mod split;
 mod tensor_cores;
@@ -508,6 +508,7 @@ pub(crate) fn launch(
     let emulate = !cmma_ready(&client, dtype);
     let cpu_adapter = properties.identity.physical.is_none();
     if variant == FlashVariant::TensorCores
+        && tensor_cores::width_checked(&sizes, emulate)
         && let Some(plan) = tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
         && !tensor_cores::cut_short(
             tensor_cores::forward_iterations(&plan, &sizes),
@@ -567,8 +568,9 @@ pub(crate) fn launch(
         }
         return (output, lse);
     }
-    // The tensor-core kernel falls back to the shared one where it does not fit (or where
-    // llvmpipe would cut its loops short).
+    // The tensor-core kernel falls back to the shared one where it does not fit, where its
+    // `cmma` products were not checked for the head widths, or where llvmpipe would cut its
+    // loops short.
     let plan = match variant {
         FlashVariant::Shared | FlashVariant::TensorCores => {
             shared::plan(&sizes, group, dtype.size(), &properties.hardware)

@@ -394,7 +394,16 @@ pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: N
     // 1. The planes' query rows (zeros past `seq_q` and `d_head`) and their outputs, cleared.
     for pw in 0..planes {
         let (first, valid) = plane_rows(&p, b, first_head, r0, pw, tiles);
-        stage_rows::<F>(q, &mut q_s, pw * TILE * dh, first, valid, TILE, d_head, units);
+        stage_rows::<F>(
+            q,
+            &mut q_s,
+            pw * TILE * dh,
+            first,
+            valid,
+            TILE,
+            d_head,
+            units,
+        );
     }
     clear::<C>(&mut o_s, comptime!(planes * TILE * dvp), units);
 
@@ -637,6 +646,21 @@ pub(super) fn forward_iterations(plan: &TensorPlan, sizes: &Sizes) -> usize {
         + 2 * stage
         + dvp / TILE * (stage / EMULATED_STEP);
     setup + sizes.seq_k.div_ceil(stage) * per_stage + sizes.d_v
+}
+
+/// Padded head widths whose `cmma` products were checked against the slow twin on a GPU (an
+/// H200 through CUDA, 2026-11-28, f16 and bf16): 32 and 64 across every boundary of the plan,
+/// 128 at 300 tokens. Widths 48 (a head of 40) and 96 gave wrong numbers there, from one key
+/// on; the cause is not found yet. `cmma` launches take the shared kernel for any other width.
+const CMMA_CHECKED_WIDTHS: [usize; 3] = [32, 64, 128];
+
+/// Whether the `cmma` products may run heads of these widths ([`CMMA_CHECKED_WIDTHS`]); the
+/// emulated products run every width.
+pub(super) fn width_checked(sizes: &Sizes, emulate: bool) -> bool {
+    emulate
+        || [sizes.d_head, sizes.d_v]
+            .iter()
+            .all(|d| CMMA_CHECKED_WIDTHS.contains(&d.next_multiple_of(TILE)))
 }
 
 /// Whether a launch of `iterations` loop iterations an invocation would be cut short on this
