@@ -2,8 +2,8 @@
 //! and tensor-core kernels, and the shared forward with its keys split), head widths 32, 40,
 //! 64, 96 and 128, the key and query counts on both sides of every stage, key block, cube of
 //! rows and split the plan chose on this device (`flash_boundaries`, read from the plan code;
-//! every row count for the tensor-core kernels, the most rows for the others, where each row
-//! count compiles a kernel of its own),
+//! every row count with gradients, f32 and f16, for the tensor-core kernels; f32 and the most
+//! rows for the others, where each row count and width compiles kernels of its own),
 //! the long lengths 1024, 1025, 2048, 2049 and 3000, and on lavapipe the most keys the
 //! tensor-core forward takes under llvmpipe's loop limit and one past it. Outputs and gradients
 //! against the slow twin (`reference_attention`, burn's own ops per tile), f32 and f16.
@@ -31,7 +31,11 @@ const KV_HEADS: usize = 2;
 /// The worst difference relative to the largest value of `want`, or to 1 where that is smaller
 /// (a gradient that is zero, as dq over one key); NaN and infinities fail.
 fn relative(got: Tensor<4>, want: Tensor<4>) -> f32 {
-    let got = got.cast(DType::F32).into_data().iter::<f32>().collect::<Vec<f32>>();
+    let got = got
+        .cast(DType::F32)
+        .into_data()
+        .iter::<f32>()
+        .collect::<Vec<f32>>();
     let want = want.into_data().iter::<f32>().collect::<Vec<f32>>();
     assert!(
         got.iter().all(|x| x.is_finite()),
@@ -128,10 +132,11 @@ fn check(
     }
 }
 
-/// `variant` (and `splits`) forced on this thread, every width (every row count, or the most),
-/// f32 and the halves the device has (lavapipe has none: the GPU kit's `--check-tensor-cores` takes f16 and bf16 through the
-/// same boundaries), across the boundaries of its plans; and proof that the forced kernels ran.
-fn sweep(variant: FlashVariant, splits: Option<usize>, every_row_count: bool) {
+/// `variant` (and `splits`) forced on this thread, every width (the row counts at `rows_at`),
+/// f32 and the halves the device has (wgpu's GL fallback has none; the GPU kit's
+/// `--check-tensor-cores` takes f16 and bf16 through the same boundaries with a GPU's plans),
+/// across the boundaries of its plans; and proof that the forced kernels ran.
+fn sweep(variant: FlashVariant, splits: Option<usize>, rows_at: &[usize], dtypes: &[DType]) {
     set_thread_flash_variant(Some(variant));
     set_thread_flash_key_splits(splits);
     let devices = wgpu_devices();
@@ -141,7 +146,7 @@ fn sweep(variant: FlashVariant, splits: Option<usize>, every_row_count: bool) {
     let backward_calls = flash_attention_backward_calls();
     let (mut calls, mut past_limit, mut limited) = (0u64, 0u64, false);
     let started = std::time::Instant::now();
-    for dtype in [DType::F32, DType::F16, DType::BF16] {
+    for &dtype in dtypes {
         if !plain.supports_dtype(dtype) {
             assert_ne!(dtype, DType::F32);
             eprintln!("{plain:?} has no {dtype:?}: the halves are the GPU kit's check");
@@ -197,22 +202,20 @@ fn sweep(variant: FlashVariant, splits: Option<usize>, every_row_count: bool) {
             for &keys in &b.keys {
                 forward(plain, 1, keys, false);
             }
-            // Row counts over as many keys, forward and gradients (the backward's cubes of rows
-            // and of keys), and the most rows over 2,049 keys. Each row count is a kernel of its
-            // own for the register and shared kernels (seconds to minutes of LLVM each on
-            // lavapipe with Mesa's cache empty): those take the most rows alone, one past the
-            // last cube boundary; the tensor-core kernels, whose kernels do not depend on the
-            // lengths, every row count.
-            let most = *b.queries.last().unwrap();
-            let rows: Vec<usize> = if every_row_count {
-                b.queries.clone()
-            } else {
-                vec![most]
-            };
-            for rows in rows {
-                forward(autodiff, rows, rows, true);
+            // Every row count over as many keys, forward and gradients (the backward's cubes of
+            // rows and of keys), at the widths `rows_at`; at every width, the most rows over
+            // 2,049 keys. Each row count and width is a kernel of its own for the register and
+            // shared kernels, forward and backward: on lavapipe with Mesa's cache empty the
+            // register kernels' row counts took 180 s at width 40 alone. Those take the most rows
+            // (forward) here, and their row counts and halves in `flash.rs` (1, 7, 63, 65 and
+            // 1,000 rows); the tensor-core kernels, one kernel per width whatever the lengths,
+            // take every row count at every width.
+            if rows_at.contains(&d) {
+                for &rows in &b.queries {
+                    forward(autodiff, rows, rows, true);
+                }
             }
-            forward(plain, most, 2049, false);
+            forward(plain, *b.queries.last().unwrap(), 2049, false);
             eprintln!(
                 "{} after d {d} {dtype:?}: {:.1} s",
                 what(0, 0),
@@ -243,22 +246,27 @@ fn sweep(variant: FlashVariant, splits: Option<usize>, every_row_count: bool) {
 
 #[test]
 fn register_kernel_across_its_boundaries() {
-    sweep(FlashVariant::Registers, None, false);
+    sweep(FlashVariant::Registers, None, &[], &[DType::F32]);
 }
 
 #[test]
 fn shared_kernel_across_its_boundaries() {
-    sweep(FlashVariant::Shared, None, false);
+    sweep(FlashVariant::Shared, None, &[], &[DType::F32]);
 }
 
 #[test]
 fn split_keys_across_their_boundaries() {
-    sweep(FlashVariant::Shared, Some(3), false);
+    sweep(FlashVariant::Shared, Some(3), &[], &[DType::F32]);
 }
 
 #[test]
 fn tensor_core_kernel_across_its_boundaries() {
-    sweep(FlashVariant::TensorCores, None, true);
+    sweep(
+        FlashVariant::TensorCores,
+        None,
+        &WIDTHS,
+        &[DType::F32, DType::F16],
+    );
 }
 
 /// The calls issue 61 reported wrong with the tensor-core kernels forced, forward and
