@@ -238,8 +238,9 @@ fn sweep(variant: FlashVariant, splits: Option<usize>, rows_at: &[usize], dtypes
         !limited || past_limit > 0,
         "{variant:?}: no call past llvmpipe's loop limit, where the boundaries name one"
     );
+    // The backward where this sweep takes gradients.
     assert!(
-        backward > 0 && backward_calls > 0,
+        rows_at.is_empty() || (backward > 0 && backward >= backward_calls),
         "{variant:?}: {backward} backward launches for {backward_calls} calls"
     );
 }
