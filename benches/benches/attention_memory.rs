@@ -16,9 +16,14 @@
 //! `DTYPE=f16` (or `bf16`) stores the op-alone cases' q, k, v and bias in that dtype, and
 //! `--adapter wgpu` prints the adapter a device name opens and whether it is a GPU (the GPU
 //! kit's first check, `tools/gpu/`). `--check-tensor-cores cuda` checks the tensor-core
-//! attention kernels on that device against the register kernel, forward and backward, in f16
-//! and bf16 (the GPU kit's check of the `cmma` path, which no CI machine can run); it exits
-//! non-zero on a mismatch.
+//! attention kernels on that device against the register kernel and the slow twin, forward and
+//! backward, in f16 and bf16, then sweeps the boundaries of their plans there
+//! (`flash_boundaries`): the GPU kit's check of the `cmma` path, which no CI machine can run; it
+//! exits non-zero on a mismatch.
+//!
+//! Past 700 lines for one reason: what the GPU kit runs of attention on a device, in the one
+//! binary the kit carries (`tools/gpu/kit/main.rs` links each bench's `main`), the tables and the
+//! tensor-core check with its sweep.
 //!
 //! A second table (`TABLE=grouped`; both by default, `TABLE=schemes` the first alone) sets
 //! grouped heads against repeating keys and values, a windowed block against the sequence
