@@ -37,7 +37,7 @@ use crate::rope::RopeArgs;
 /// which is what makes the unchecked launch safe. A part with no valid source is `nan` (passed
 /// at run time: WGSL has no NaN literal). Writes `status[row]` from the unit holding the row's
 /// first vector.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 fn fused_embedding_kernel<F: Float, I: Int, N: Size>(
     tokens: &Tensor<Vector<F, N>>,
     ids: &Tensor<I>,
@@ -327,4 +327,56 @@ impl PositionalKernels for CubeBackend {
     ) -> FloatTensor<Self> {
         crate::skinny::cube::launch(x, w, &args)
     }
+}
+
+/// The embedding's specializations for the CUDA compile check ([`crate::cuda_check`]): every
+/// table dtype, both int widths, add and concatenate, sequential and explicit positions, at
+/// the widest vector an NVIDIA GPU reads well (16 bytes).
+#[cfg(feature = "cuda-check")]
+pub(crate) fn cuda_cases(target: &crate::cuda_check::Target) -> Vec<crate::cuda_check::Case> {
+    use crate::cuda_check::{Case, elementwise_dim, tensor, widest_vector};
+    let mut cases = Vec::new();
+    for float in [DType::F32, DType::F16, DType::BF16] {
+        for int in [DType::I32, DType::I64] {
+            for (concat, sequential) in [(false, true), (false, false), (true, true)] {
+                cases.push(Case::new(
+                    "embedding forward",
+                    format!(
+                        "{float:?} ids {int:?}, {}, {} positions",
+                        if concat { "concatenate" } else { "add" },
+                        if sequential { "sequential" } else { "explicit" }
+                    ),
+                    false,
+                    fused_embedding_kernel::create_dummy_kernel(
+                        target.properties.clone(),
+                        target.target.clone(),
+                        CubeCount::Static(1, 1, 1),
+                        elementwise_dim(),
+                        widest_vector(float),
+                        tensor(2),
+                        tensor(2),
+                        tensor(2),
+                        tensor(2),
+                        tensor(3),
+                        tensor(2),
+                        1,
+                        1,
+                        1,
+                        1,
+                        1,
+                        1,
+                        0,
+                        1,
+                        0,
+                        1.0,
+                        f32::NAN,
+                        concat,
+                        sequential,
+                        [dtype_to_storage_type(float), dtype_to_storage_type(int)],
+                    ),
+                ));
+            }
+        }
+    }
+    cases
 }

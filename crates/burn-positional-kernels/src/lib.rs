@@ -45,6 +45,9 @@ mod attention;
 mod autodiff;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod cube;
+#[cfg(feature = "cuda-check")]
+#[doc(hidden)]
+pub mod cuda_check;
 mod extension;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 mod host;

@@ -69,7 +69,7 @@ pub fn flash_boundaries(
             let client = device.client();
             let properties = client.properties();
             let resolved = super::variant::pick(variant, &client, dtype);
-            let emulate = !super::variant::cmma_ready(&client, dtype);
+            let emulate = !super::variant::cmma_ready(&properties, dtype);
             let cpu = properties.identity.physical.is_none();
             super::cube::boundaries::boundaries(
                 resolved,

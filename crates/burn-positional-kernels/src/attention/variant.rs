@@ -260,7 +260,10 @@ pub(crate) fn pick(
 /// bf16 only) and f32 accumulators, on planes of exactly 32 units (the kernel's planes are
 /// fixed at 32 units; NVIDIA's warps).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub(crate) fn cmma_ready(client: &cubecl::client::Client, dtype: burn::tensor::DType) -> bool {
+pub(crate) fn cmma_ready(
+    properties: &cubecl::ir::DeviceProperties,
+    dtype: burn::tensor::DType,
+) -> bool {
     use burn::tensor::DType;
     use cubecl::ir::features::MmaConfig;
     use cubecl::ir::{ElemType, FloatKind};
@@ -269,7 +272,6 @@ pub(crate) fn cmma_ready(client: &cubecl::client::Client, dtype: burn::tensor::D
         DType::BF16 => ElemType::Float(FloatKind::BF16),
         _ => return false,
     };
-    let properties = client.properties();
     let hardware = &properties.hardware;
     hardware.plane_size_min == 32
         && hardware.plane_size_max == 32

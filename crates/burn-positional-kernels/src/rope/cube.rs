@@ -17,7 +17,7 @@ use super::{RopeArgs, RotaryLayout, check_shapes};
 /// pair `c` when `c < pairs` (reads its two elements of `x` and one angle, writes both
 /// rotated), else dimension `2 * pairs + c - pairs`, copied. `cos` and `sin` are contiguous
 /// `[cos_rows, seq, pairs]`; the output is contiguous `[batch, heads, seq, d_head]`.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 fn rope_kernel<F: Float>(
     x: &Tensor<F>,
     cos: &Tensor<F>,
@@ -80,7 +80,7 @@ fn rope_kernel<F: Float>(
 /// `N = 1`, one pair per unit) or copies a vector of the passed-through dimensions. The
 /// table row is `s = row % seq` (and the batch `row / (heads * seq)` when there is one table
 /// per batch row).
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 fn rope_rows_kernel<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
     cos: &Tensor<Vector<F, N>>,
@@ -249,4 +249,78 @@ pub(crate) fn launch(
         );
     }
     output
+}
+
+/// RoPE's specializations for the CUDA compile check ([`crate::cuda_check`]): every dtype,
+/// both layouts, forward and inverse, the row kernel (vectors of 16 bytes, one or a batch of
+/// tables) and the strided one.
+#[cfg(feature = "cuda-check")]
+pub(crate) fn cuda_cases(target: &crate::cuda_check::Target) -> Vec<crate::cuda_check::Case> {
+    use crate::cuda_check::{Case, elementwise_dim, tensor, widest_vector};
+    use burn::tensor::DType;
+    let mut cases = Vec::new();
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for half_split in [true, false] {
+            for inverse in [false, true] {
+                let spec = format!(
+                    "{dtype:?} {}{}",
+                    if half_split { "half split" } else { "interleaved" },
+                    if inverse { ", inverse" } else { "" }
+                );
+                for per_batch in [false, true] {
+                    cases.push(Case::new(
+                        "rope: rows",
+                        format!("{spec}{}", if per_batch { ", a table per sequence" } else { "" }),
+                        false,
+                        rope_rows_kernel::create_dummy_kernel(
+                            target.properties.clone(),
+                            target.target.clone(),
+                            CubeCount::Static(1, 1, 1),
+                            elementwise_dim(),
+                            widest_vector(dtype),
+                            tensor(4),
+                            tensor(2),
+                            tensor(2),
+                            tensor(4),
+                            1,
+                            1,
+                            1,
+                            1,
+                            1,
+                            1,
+                            per_batch,
+                            half_split,
+                            inverse,
+                            dtype_to_storage_type(dtype),
+                        ),
+                    ));
+                }
+                cases.push(Case::new(
+                    "rope: strided",
+                    spec,
+                    false,
+                    rope_kernel::create_dummy_kernel(
+                        target.properties.clone(),
+                        target.target.clone(),
+                        CubeCount::Static(1, 1, 1),
+                        elementwise_dim(),
+                        tensor(4),
+                        tensor(2),
+                        tensor(2),
+                        tensor(4),
+                        1,
+                        1,
+                        1,
+                        1,
+                        1,
+                        1,
+                        half_split,
+                        inverse,
+                        dtype_to_storage_type(dtype),
+                    ),
+                ));
+            }
+        }
+    }
+    cases
 }

@@ -41,7 +41,7 @@ fn shape(args: &super::SkinnyArgs, client: &cubecl::client::Client) -> (usize, u
     }
 }
 
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 fn skinny_kernel<F: Float, N: Size>(
     x: &Tensor<F>,
     w: &Tensor<Vector<F, N>>,
@@ -103,7 +103,7 @@ fn skinny_kernel<F: Float, N: Size>(
 /// `k`: the `slices` units of a row are consecutive (`s` is the fast index), so they read
 /// consecutive vectors of it; the cube adds the slices' partial vectors in shared memory and
 /// unit `(0, u)` adds the lanes and writes the value.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 fn skinny_t_kernel<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
     t: &Tensor<Vector<F, N>>,
@@ -292,4 +292,62 @@ fn launch_transposed(x: CubeTensor, t: CubeTensor, args: &super::SkinnyArgs) -> 
         )
     };
     output
+}
+
+/// The skinny products' specializations for the CUDA compile check ([`crate::cuda_check`]):
+/// every dtype, both kernels, at the GPU's shape (8 column vectors of 32 slices) and the forced
+/// one slice, vectors of 16 bytes.
+#[cfg(feature = "cuda-check")]
+pub(crate) fn cuda_cases(target: &crate::cuda_check::Target) -> Vec<crate::cuda_check::Case> {
+    use crate::cuda_check::{Case, tensor, widest_vector};
+    use burn::tensor::DType;
+    let mut cases = Vec::new();
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (cols, slices) in [(8, 32), (64, 1)] {
+            let spec = format!("{dtype:?} {cols} columns x {slices} slices");
+            cases.push(Case::new(
+                "skinny product",
+                spec.clone(),
+                false,
+                skinny_kernel::create_dummy_kernel(
+                    target.properties.clone(),
+                    target.target.clone(),
+                    CubeCount::Static(1, 1, 1),
+                    CubeDim::new_2d(cols as u32, slices as u32),
+                    widest_vector(dtype),
+                    tensor(2),
+                    tensor(2),
+                    tensor(2),
+                    1,
+                    1,
+                    1,
+                    cols,
+                    slices,
+                    dtype_to_storage_type(dtype),
+                ),
+            ));
+            cases.push(Case::new(
+                "skinny product, transposed weight",
+                spec,
+                false,
+                skinny_t_kernel::create_dummy_kernel(
+                    target.properties.clone(),
+                    target.target.clone(),
+                    CubeCount::Static(1, 1, 1),
+                    CubeDim::new_2d(slices as u32, cols as u32),
+                    widest_vector(dtype),
+                    tensor(2),
+                    tensor(2),
+                    tensor(2),
+                    1,
+                    1,
+                    1,
+                    cols,
+                    slices,
+                    dtype_to_storage_type(dtype),
+                ),
+            ));
+        }
+    }
+    cases
 }

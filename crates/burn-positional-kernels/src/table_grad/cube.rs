@@ -71,7 +71,7 @@ fn row_of<I: Int>(index: &Tensor<I>, t: usize, at: &Tokens) -> u32 {
 }
 
 /// Unit per token: one more token for its row.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 fn count_kernel<I: Int>(
     index: &Tensor<I>,
     counts: &mut Tensor<Atomic<u32>>,
@@ -90,7 +90,7 @@ fn count_kernel<I: Int>(
 /// One cube of `units`: unit `u` sums a run of consecutive counts, the cube scans the sums in
 /// shared memory (Hillis and Steele), and each unit writes its run's exclusive prefix sums to
 /// `starts` (the total at `starts[rows]`) and zeros its counts for the fill's cursors.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 fn scan_kernel(
     counts: &mut Tensor<u32>,
     starts: &mut Tensor<u32>,
@@ -139,7 +139,7 @@ fn scan_kernel(
 }
 
 /// Unit per token: a slot in its row's segment.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 fn fill_kernel<I: Int>(
     index: &Tensor<I>,
     starts: &Tensor<u32>,
@@ -160,7 +160,7 @@ fn fill_kernel<I: Int>(
 
 /// Unit per token: its place in its row's segment in token order (its rank among the tokens
 /// of the segment).
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 fn order_kernel<I: Int>(
     index: &Tensor<I>,
     starts: &Tensor<u32>,
@@ -189,7 +189,7 @@ fn order_kernel<I: Int>(
 
 /// Unit per output vector: `scale` times the f32 sum of the row's gradient vectors, in token
 /// order, written in `F`.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 fn sum_kernel<F: Float, N: Size>(
     grad: &Tensor<Vector<F, N>>,
     starts: &Tensor<u32>,
@@ -379,4 +379,109 @@ pub(crate) fn launch(grad: CubeTensor, index: CubeTensor, args: &TableGradArgs) 
         );
     }
     output
+}
+
+/// The table gradient's specializations for the CUDA compile check ([`crate::cuda_check`]):
+/// the four token kernels for both int widths, the scan, and the sum for every dtype at
+/// vectors of 16 bytes.
+#[cfg(feature = "cuda-check")]
+pub(crate) fn cuda_cases(target: &crate::cuda_check::Target) -> Vec<crate::cuda_check::Case> {
+    use crate::cuda_check::{Case, elementwise_dim, tensor, widest_vector};
+    let (properties, target_properties) = (&target.properties, &target.target);
+    let tokens = || TokensLaunch::new(1, 1, 1, 1, 1);
+    let one = || CubeCount::Static(1, 1, 1);
+    let mut cases = Vec::new();
+    for int in [DType::I32, DType::I64] {
+        let int_type = dtype_to_storage_type(int);
+        let spec = format!("index {int:?}");
+        cases.push(Case::new(
+            "table gradient: count",
+            spec.clone(),
+            false,
+            count_kernel::create_dummy_kernel(
+                properties.clone(),
+                target_properties.clone(),
+                one(),
+                elementwise_dim(),
+                tensor(2),
+                tensor(1),
+                tokens(),
+                int_type,
+            ),
+        ));
+        cases.push(Case::new(
+            "table gradient: fill",
+            spec.clone(),
+            false,
+            fill_kernel::create_dummy_kernel(
+                properties.clone(),
+                target_properties.clone(),
+                one(),
+                elementwise_dim(),
+                tensor(2),
+                tensor(1),
+                tensor(1),
+                tensor(1),
+                tokens(),
+                int_type,
+            ),
+        ));
+        cases.push(Case::new(
+            "table gradient: order",
+            spec,
+            false,
+            order_kernel::create_dummy_kernel(
+                properties.clone(),
+                target_properties.clone(),
+                one(),
+                elementwise_dim(),
+                tensor(2),
+                tensor(1),
+                tensor(1),
+                tensor(1),
+                tokens(),
+                int_type,
+            ),
+        ));
+    }
+    cases.push(Case::new(
+        "table gradient: scan",
+        format!("{SCAN_UNITS} units"),
+        false,
+        scan_kernel::create_dummy_kernel(
+            properties.clone(),
+            target_properties.clone(),
+            one(),
+            CubeDim::new_1d(SCAN_UNITS as u32),
+            tensor(1),
+            tensor(1),
+            1,
+            SCAN_UNITS,
+        ),
+    ));
+    for float in [DType::F32, DType::F16, DType::BF16] {
+        cases.push(Case::new(
+            "table gradient: sum",
+            format!("{float:?}"),
+            false,
+            sum_kernel::create_dummy_kernel(
+                properties.clone(),
+                target_properties.clone(),
+                one(),
+                elementwise_dim(),
+                widest_vector(float),
+                tensor(3),
+                tensor(1),
+                tensor(1),
+                tensor(2),
+                1,
+                1,
+                1,
+                0,
+                1.0,
+                dtype_to_storage_type(float),
+            ),
+        ));
+    }
+    cases
 }

@@ -50,7 +50,7 @@ use crate::attention::{Sizes, check_sizes};
 /// `2 reach + 1` for a table, held in `bias_slots` registers per unit; an unwritten placeholder
 /// when no bias gradient is wanted); `delta` is `rowsum(dO * O)`, `[batch, n_heads, seq_q]` in
 /// `C`. Inputs are contiguous.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
     k: &Tensor<F>,
@@ -428,7 +428,7 @@ pub(crate) fn launch_backward(
         }
     };
 
-    let emulate = !cmma_ready(&client, dtype);
+    let emulate = !cmma_ready(&properties, dtype);
     let cpu_adapter = properties.identity.physical.is_none();
     if variant == FlashVariant::TensorCores
         && super::tensor_cores::width_checked(&sizes, emulate)

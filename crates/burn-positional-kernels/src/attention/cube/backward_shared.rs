@@ -49,7 +49,7 @@ const MAX_SHARED_BYTES: usize = 32 * 1024;
 
 /// See the module. Arguments as [`flash_backward_kernel`](super::backward::flash_backward_kernel),
 /// plus the stage length.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_backward_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
     k: &Tensor<F>,

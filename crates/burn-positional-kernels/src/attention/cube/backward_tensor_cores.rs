@@ -42,7 +42,7 @@ const MAX_PLANES: usize = 4;
 
 /// Key cubes: `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)` = (run of `16 x planes` keys, key/value
 /// head, sequence); see the module. `delta` is `[batch, n_heads, seq_q]` in `C`.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
     k: &Tensor<F>,
@@ -318,7 +318,7 @@ pub(super) fn flash_tc_keys_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
 /// key/value head and run of `span` of its heads, sequence), planes as the forward's; see the
 /// module. `dbias` holds each row's bias gradient, `[batch, n_heads, query tiles x 16 x tiles,
 /// width]` in `C` (unwritten when not wanted).
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_tc_queries_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
     k: &Tensor<F>,

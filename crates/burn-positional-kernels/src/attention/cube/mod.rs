@@ -30,6 +30,8 @@ mod backward;
 mod backward_shared;
 mod backward_tensor_cores;
 mod backward_units;
+#[cfg(feature = "cuda-check")]
+pub(crate) mod cuda_cases;
 pub(crate) mod boundaries;
 mod registers;
 mod split;
@@ -505,7 +507,7 @@ pub(crate) fn launch(
     let group = sizes.n_heads / sizes.n_kv_heads;
     let properties = client.properties();
     let variant = pick(args.variant, &client, dtype);
-    let emulate = !cmma_ready(&client, dtype);
+    let emulate = !cmma_ready(&properties, dtype);
     let cpu_adapter = properties.identity.physical.is_none();
     if variant == FlashVariant::TensorCores
         && tensor_cores::width_checked(&sizes, emulate)

@@ -24,7 +24,7 @@ use crate::attention::Sizes;
 /// CUBE_POS_Z)`. The tile holds `rows` query rows of each head of the group; unit `u` holds
 /// `per_unit` consecutive rows of head `kv_head * group + u / (rows / per_unit)`. `C` is the
 /// compute type (f32). Inputs are contiguous.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
     k: &Tensor<F>,

@@ -60,7 +60,7 @@ const MAX_SHARED_BYTES: usize = 32 * 1024;
 /// CUBE_POS_Z)`; unit `u < group * rows / per_unit` holds `per_unit` consecutive rows of head
 /// `kv_head * group + u / (rows / per_unit)`, the others only load. `C` is the compute type
 /// (f32). Inputs are contiguous.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
     k: &Tensor<F>,

@@ -46,8 +46,8 @@ pub(super) fn key_splits(
 /// weighted by `exp(lse_s - lse)`, `lse = log Σ exp(lse_s)` over the splits (in f32), written
 /// in `F`; the unit of column 0 writes the row's log-sum-exp. A split that saw no key has the
 /// dtype's lowest log-sum-exp and zeros: weight 0, or a row of zeros where no split saw a key.
-#[cube(launch_unchecked)]
-fn combine_splits_kernel<F: Float, C: Float>(
+#[cube(launch_unchecked, create_dummy_kernel)]
+pub(super) fn combine_splits_kernel<F: Float, C: Float>(
     partial: &Tensor<F>,
     partial_lse: &Tensor<F>,
     output: &mut Tensor<F>,

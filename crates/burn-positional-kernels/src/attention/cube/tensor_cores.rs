@@ -349,7 +349,7 @@ pub(super) fn row_tile(p: &Scalars, group: u32, span: u32, #[comptime] planes: u
 /// `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)`, `planes = span x tiles` planes of 32 units; see the
 /// module.
 /// `C` is the compute type (f32). Inputs are contiguous.
-#[cube(launch_unchecked)]
+#[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_tensor_cores_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
     k: &Tensor<F>,

@@ -1,0 +1,375 @@
+//! The attention kernels' specializations for the CUDA compile check
+//! ([`crate::cuda_check`]): for each storage dtype, head width and group, the kernels
+//! [`launch`](super::launch) and [`launch_backward`](super::launch_backward) take, through the
+//! same plans, for long sequences (a short sequence takes smaller cubes of the same code).
+//!
+//! - The tensor-core kernels where the launches take them: widths whose `cmma` products were
+//!   checked on an H200 (`CMMA_CHECKED_WIDTHS`), and f32 emulated.
+//! - The shared and register kernels, forced or as the fallback.
+//! - The split keys' combine.
+//!
+//! Every width, dtype and group is the full matrix (`cargo run --example cuda_kernels -- --full`);
+//! `.ci/checks` builds the rest of the matrix only in f16 (every width) and f16, bf16 and f32
+//! at width 64, groups 1 and 4 at width 64 only: see [`Matrix`].
+
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::tensor::DType;
+use cubecl::prelude::*;
+
+use super::{
+    KEY_BLOCK, ScalarsLaunch, backward, backward_shared, backward_tensor_cores, registers, shared,
+    split, tensor_cores,
+};
+use crate::attention::Sizes;
+use crate::attention::variant::cmma_ready;
+use crate::cuda_check::{Case, Target, elementwise_dim, tensor};
+
+/// Head widths `(d_head, d_v)`: the models' 32, 64 and 128, and the odd widths the tests launch
+/// (40, 96, and 64-wide keys with 32-wide values).
+const WIDTHS: [(usize, usize); 6] = [(32, 32), (40, 40), (64, 64), (96, 96), (128, 128), (64, 32)];
+
+/// Query heads per key/value head: one (multi-head), four (the tests' and the kit's grouped
+/// heads).
+const GROUPS: [usize; 2] = [1, 4];
+
+/// Slots of a unit's bias gradient in the backward (`launch_backward`'s `bias_slots`): one (no
+/// bias, or ALiBi's slope) and 512 (a T5 table of reach 128, the kit's).
+const BIAS_SLOTS: [usize; 2] = [1, 512];
+
+/// Which specializations a run builds.
+struct Matrix {
+    full: bool,
+}
+
+impl Matrix {
+    /// Whether `(dtype, width, group)` is built: everything in the full matrix; otherwise f16 at
+    /// every width, and the three dtypes and both groups at width 64.
+    fn takes(&self, dtype: DType, (d_head, d_v): (usize, usize), group: usize) -> bool {
+        let wide = (d_head, d_v) == (64, 64);
+        self.full || (wide && (group == 1 || dtype == DType::F16)) || (dtype == DType::F16 && group == 1)
+    }
+}
+
+/// The attention's specializations for `target`.
+pub(crate) fn cases(target: &Target) -> Vec<Case> {
+    let matrix = Matrix { full: target.full };
+    let mut cases = Vec::new();
+    for dtype in [DType::F16, DType::BF16, DType::F32] {
+        for width in WIDTHS {
+            for group in GROUPS {
+                if matrix.takes(dtype, width, group) {
+                    forward(target, &mut cases, dtype, width, group);
+                    for bias_slots in BIAS_SLOTS {
+                        backward(target, &mut cases, dtype, width, group, bias_slots);
+                    }
+                }
+            }
+        }
+        let dtypes = storage_types(dtype);
+        cases.push(Case::new(
+            "attention forward: split keys' combine",
+            format!("{dtype:?}"),
+            false,
+            split::combine_splits_kernel::create_dummy_kernel(
+                target.properties.clone(),
+                target.target.clone(),
+                CubeCount::Static(1, 1, 1),
+                elementwise_dim(),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                1,
+                1,
+                2,
+                -1.0,
+                [dtypes[0], dtypes[1]],
+            ),
+        ));
+    }
+    cases
+}
+
+/// Long sequences of `group` query heads on one key/value head.
+fn sizes(group: usize, (d_head, d_v): (usize, usize)) -> Sizes {
+    Sizes {
+        batch: 1,
+        n_heads: group,
+        n_kv_heads: 1,
+        seq_q: 4096,
+        seq_k: 4096,
+        d_head,
+        d_v,
+    }
+}
+
+fn forward(
+    target: &Target,
+    cases: &mut Vec<Case>,
+    dtype: DType,
+    width: (usize, usize),
+    group: usize,
+) {
+    let properties = &target.properties;
+    let sizes = sizes(group, width);
+    let (d_head, d_v) = width;
+    let dtypes = storage_types(dtype);
+    let name = |what: String| format!("{dtype:?} d{d_head}/{d_v} group {group}: {what}");
+    let emulate = !cmma_ready(properties, dtype);
+    if tensor_cores::width_checked(&sizes, emulate)
+        && let Some(plan) = tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
+    {
+        let kernel = tensor_cores::flash_tensor_cores_kernel::create_dummy_kernel(
+            properties.clone(),
+            target.target.clone(),
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d((plan.planes() * tensor_cores::PLANE) as u32),
+            tensor(4),
+            tensor(4),
+            tensor(4),
+            tensor(2),
+            tensor(2),
+            tensor(2),
+            tensor(2),
+            tensor(4),
+            tensor(4),
+            scalars(),
+            group as u32,
+            plan.span as u32,
+            d_head,
+            d_v,
+            plan.stage,
+            plan.planes(),
+            emulate,
+            dtypes,
+        );
+        cases.push(Case::new(
+            "attention forward: tensor cores",
+            name(format!(
+                "stage {} planes {}{}",
+                plan.stage,
+                plan.planes(),
+                if emulate { " (emulated)" } else { "" }
+            )),
+            !emulate,
+            kernel,
+        ));
+    }
+    let plans = [
+        shared::plan(&sizes, group, dtype.size(), &properties.hardware),
+        Some(registers::plan(&sizes, group)),
+    ];
+    for plan in plans.into_iter().flatten() {
+        let dim = CubeDim::new_1d(plan.units as u32);
+        macro_rules! dummy {
+            ($kernel:path, $keys:expr) => {
+                $kernel(
+                    properties.clone(),
+                    target.target.clone(),
+                    CubeCount::Static(1, 1, 1),
+                    dim,
+                    tensor(4),
+                    tensor(4),
+                    tensor(4),
+                    tensor(2),
+                    tensor(2),
+                    tensor(2),
+                    tensor(2),
+                    tensor(4),
+                    tensor(4),
+                    scalars(),
+                    d_head,
+                    d_v,
+                    plan.per_unit,
+                    $keys,
+                    group,
+                    dtypes,
+                )
+            };
+        }
+        let spec = name(format!("{} rows per unit, {} units", plan.per_unit, plan.units));
+        cases.push(match plan.stage {
+            Some(stage) => Case::new(
+                "attention forward: shared",
+                format!("{spec}, stage {stage}"),
+                false,
+                dummy!(shared::flash_shared_kernel::create_dummy_kernel, stage),
+            ),
+            None => Case::new(
+                "attention forward: registers",
+                spec,
+                false,
+                dummy!(registers::flash_registers_kernel::create_dummy_kernel, KEY_BLOCK),
+            ),
+        });
+    }
+}
+
+fn backward(
+    target: &Target,
+    cases: &mut Vec<Case>,
+    dtype: DType,
+    width: (usize, usize),
+    group: usize,
+    bias_slots: usize,
+) {
+    let properties = &target.properties;
+    let sizes = sizes(group, width);
+    let (d_head, d_v) = width;
+    let dtypes = storage_types(dtype);
+    let name =
+        |what: String| format!("{dtype:?} d{d_head}/{d_v} group {group} bias slots {bias_slots}: {what}");
+    let emulate = !cmma_ready(properties, dtype);
+    if tensor_cores::width_checked(&sizes, emulate)
+        && let Some(plan) =
+            backward_tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
+    {
+        let keys = backward_tensor_cores::flash_tc_keys_kernel::create_dummy_kernel(
+            properties.clone(),
+            target.target.clone(),
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d((plan.key_planes * tensor_cores::PLANE) as u32),
+            tensor(4),
+            tensor(4),
+            tensor(4),
+            tensor(2),
+            tensor(2),
+            tensor(2),
+            tensor(2),
+            tensor(4),
+            tensor(4),
+            tensor(4),
+            tensor(4),
+            tensor(4),
+            scalars(),
+            group as u32,
+            d_head,
+            d_v,
+            plan.key_planes,
+            emulate,
+            dtypes,
+        );
+        let emulated = if emulate { " (emulated)" } else { "" };
+        // The key kernel has no bias slots: built once, with the first.
+        if bias_slots == BIAS_SLOTS[0] {
+            cases.push(Case::new(
+                "attention backward: tensor cores, keys",
+                name(format!("planes {}{emulated}", plan.key_planes)),
+                !emulate,
+                keys,
+            ));
+        }
+        let queries = backward_tensor_cores::flash_tc_queries_kernel::create_dummy_kernel(
+            properties.clone(),
+            target.target.clone(),
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d((plan.span * plan.tiles * tensor_cores::PLANE) as u32),
+            tensor(4),
+            tensor(4),
+            tensor(4),
+            tensor(2),
+            tensor(2),
+            tensor(2),
+            tensor(2),
+            tensor(4),
+            tensor(4),
+            tensor(4),
+            tensor(4),
+            tensor(4),
+            scalars(),
+            group as u32,
+            plan.span as u32,
+            d_head,
+            d_v,
+            plan.span * plan.tiles,
+            bias_slots,
+            emulate,
+            dtypes,
+        );
+        cases.push(Case::new(
+            "attention backward: tensor cores, queries",
+            name(format!("planes {}{emulated}", plan.span * plan.tiles)),
+            !emulate,
+            queries,
+        ));
+    }
+    let shared = backward_shared::plan(&sizes, group, dtype.size(), &properties.hardware);
+    let register_units = {
+        let per_unit = backward::per_unit(&sizes);
+        (per_unit, group * super::units_per_head(sizes.seq_q, per_unit, group))
+    };
+    let plans = [
+        shared.map(|plan| (plan.per_unit, plan.units, plan.stage)),
+        Some((register_units.0, register_units.1, None)),
+    ];
+    for (per_unit, units, stage) in plans.into_iter().flatten() {
+        let dim = CubeDim::new_1d(units as u32);
+        macro_rules! dummy {
+            ($kernel:path $(, $stage:expr)?) => {
+                $kernel(
+                    properties.clone(),
+                    target.target.clone(),
+                    CubeCount::Static(1, 1, 1),
+                    dim,
+                    tensor(4),
+                    tensor(4),
+                    tensor(4),
+                    tensor(2),
+                    tensor(2),
+                    tensor(2),
+                    tensor(2),
+                    tensor(4),
+                    tensor(4),
+                    tensor(4),
+                    tensor(4),
+                    tensor(4),
+                    tensor(4),
+                    tensor(4),
+                    scalars(),
+                    d_head,
+                    d_v,
+                    per_unit,
+                    group,
+                    bias_slots,
+                    $($stage,)?
+                    dtypes,
+                )
+            };
+        }
+        let spec = name(format!("{per_unit} rows per unit, {units} units"));
+        cases.push(match stage {
+            Some(stage) => Case::new(
+                "attention backward: shared",
+                format!("{spec}, stage {stage}"),
+                false,
+                dummy!(
+                    backward_shared::flash_backward_shared_kernel::create_dummy_kernel,
+                    stage
+                ),
+            ),
+            None => Case::new(
+                "attention backward: registers",
+                spec,
+                false,
+                dummy!(backward::flash_backward_kernel::create_dummy_kernel),
+            ),
+        });
+    }
+}
+
+/// The kernels' `[F, C, I, J, P]` for a CUDA launch: burn's CUDA backend stores ints as i32
+/// and bools as u8.
+fn storage_types(dtype: DType) -> [cubecl::ir::ElemType; 5] {
+    [
+        dtype_to_storage_type(dtype),
+        dtype_to_storage_type(DType::F32),
+        dtype_to_storage_type(DType::I32),
+        dtype_to_storage_type(DType::I32),
+        dtype_to_storage_type(DType::U8),
+    ]
+}
+
+/// Run-time values for a kernel that is only compiled.
+fn scalars() -> ScalarsLaunch {
+    ScalarsLaunch::new(1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1.0, 1.0, -1.0, 0, 0, 1)
+}
