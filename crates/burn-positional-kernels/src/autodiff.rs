@@ -27,8 +27,8 @@ use burn::tensor::{FloatDType, Shape};
 
 use crate::PositionalKernels;
 use crate::attention::{BackwardArgs, Extras, Saved, TileArgs, Wanted};
-use crate::options::{Combine, FusedEmbeddingOptions, KernelArgs};
-use crate::reference::positions_of;
+use crate::embedding::options::{Combine, FusedEmbeddingOptions, KernelArgs};
+use crate::embedding::reference::positions_of;
 use crate::rope::RopeArgs;
 use crate::table_grad::TableGradArgs;
 

@@ -133,7 +133,7 @@ impl Case {
 pub fn kernel_sources(gpu: NvidiaGpu, full: bool) -> Result<Vec<KernelSource>, String> {
     let target = Target::new(gpu, full);
     let mut cases = Vec::new();
-    cases.extend(crate::cube::cuda_cases(&target));
+    cases.extend(crate::embedding::cube::cuda_cases(&target));
     cases.extend(crate::rope::cube::cuda_cases(&target));
     cases.extend(crate::table_grad::cube::cuda_cases(&target));
     cases.extend(crate::skinny::cube::cuda_cases(&target));

@@ -18,9 +18,9 @@
 
 use crate::attention::{self, BackwardArgs, TileArgs};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-use crate::options;
-use crate::options::KernelArgs;
-use crate::reference;
+use crate::embedding::options;
+use crate::embedding::options::KernelArgs;
+use crate::embedding::reference;
 use crate::rope::{self, RopeArgs};
 use crate::table_grad::{self, TableGradArgs};
 use burn::backend::{

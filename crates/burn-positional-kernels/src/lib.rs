@@ -39,7 +39,6 @@
 
 #![warn(missing_docs)]
 
-mod api;
 mod attention;
 #[cfg(feature = "autodiff")]
 mod autodiff;
@@ -48,21 +47,20 @@ mod cube;
 #[cfg(feature = "cuda-check")]
 #[doc(hidden)]
 pub mod cuda_check;
+mod embedding;
 mod extension;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 mod host;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 mod host_io;
-mod options;
-mod reference;
 mod rope;
 mod skinny;
 mod table_grad;
 
 #[cfg(feature = "testing")]
 #[doc(hidden)]
-pub use api::fused_calls;
-pub use api::{
+pub use embedding::fused_calls;
+pub use embedding::{
     FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding, max_buffer_bytes,
     reference_embedding, try_fused_embedding,
 };
@@ -78,7 +76,7 @@ pub use attention::{
     flash_variant_launches, set_thread_flash_key_splits, set_thread_flash_variant,
 };
 pub(crate) use extension::PositionalKernels;
-pub use options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};
+pub use embedding::options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use rope::fused_rope_calls;

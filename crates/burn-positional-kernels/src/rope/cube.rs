@@ -2,6 +2,10 @@
 //! unit per vector of `N` half-split pairs (or per interleaved pair), and one per vector of
 //! passed-through dimensions. Any other layout takes [`rope_kernel`], one unit per pair,
 //! reading `x` through its strides. Both write a contiguous output.
+//!
+//! On NVIDIA GPUs (NVRTC for `sm_90` and `sm_80`, `docs/gpu.md`): cubes of 256 units (8 planes,
+//! `CubeDim::new` for a large tensor), 20 to 32 registers a unit, no shared memory: 8 cubes per
+//! multiprocessor, 100 % theoretical occupancy in every dtype and layout.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]

@@ -8,6 +8,11 @@
 //! The `cols` units of a slice read `cols` consecutive vectors of one row of `w` (coalesced);
 //! each of the `rows` rows is one pass over the unit's inputs, so `w` comes from device memory
 //! once and from the caches after that.
+//!
+//! On NVIDIA GPUs (NVRTC for `sm_90` and `sm_80`, `docs/gpu.md`): the GPU's shape of 256 units
+//! and 4 KiB of shared memory (f32) runs at 100 % theoretical occupancy; the transposed weight's
+//! kernel takes 40 registers in f32, 6 cubes per multiprocessor, 75 %, limited by registers
+//! (each unit sums a vector of products per row in f32 beside its slice's inputs).
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]

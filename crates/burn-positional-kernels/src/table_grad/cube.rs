@@ -1,6 +1,10 @@
 //! The table gradient as CubeCL kernels (wgpu, CUDA): a counting sort of the tokens by row,
 //! then one unit per output vector summing its row's tokens in token order.
 //!
+//! On NVIDIA GPUs (NVRTC for `sm_90` and `sm_80`, `docs/gpu.md`): every launch is 256 units a
+//! cube with at most 32 registers a unit (the scan: 1 KiB of shared memory), 100 % theoretical
+//! occupancy.
+//!
 //! Launches, in order (`n` tokens, `rows` table rows):
 //!
 //! 1. [`count_kernel`], a unit per token: `counts[row] += 1` (an integer atomic);

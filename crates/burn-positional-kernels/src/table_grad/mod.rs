@@ -50,7 +50,7 @@ use burn::backend::{
 };
 use burn::tensor::{DType, FloatDType, IndexingUpdateOp, Shape};
 
-use crate::reference::bool_dtype;
+use crate::embedding::reference::bool_dtype;
 
 /// Everything the op takes besides its two tensors.
 #[derive(Clone, Debug, PartialEq)]

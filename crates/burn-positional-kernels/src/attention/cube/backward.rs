@@ -22,6 +22,13 @@
 //! is the variant for CPU-emulated adapters (lavapipe, where shared memory measured slower in the
 //! forward); `backward_shared.rs` stages the other side of each product in shared memory for a
 //! GPU. [`launch_backward`] picks one by the variant the forward was called with.
+//!
+//! # On NVIDIA GPUs
+//!
+//! Not built for them (the shared backward is `Auto`'s choice on a GPU): NVRTC (`docs/gpu.md`)
+//! compiles it to 64 registers and spills 11 KiB a unit at f16 width 64, each unit's keys,
+//! values and gradients (`per_unit x 2 x (d_head + d_v)` f32 values) living in local memory.
+//! Listed in `tools/cuda/known-spills.json`.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]

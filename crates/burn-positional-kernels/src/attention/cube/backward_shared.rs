@@ -21,6 +21,16 @@
 //! Barriers sit in uniform control flow: the stage loops' bounds are the cube's. Units without
 //! keys or rows (a short tail) load and meet the barriers, and write nothing. Shared memory
 //! holds the storage dtype; every product and sum is f32.
+//!
+//! # On NVIDIA GPUs
+//!
+//! Built for cubes of 128 units and at most 32 KiB of shared memory. NVRTC's figures for an
+//! H100/H200 (`sm_90`; `docs/gpu.md`): at f16 width 64, 255 registers a unit, 17 KiB a cube,
+//! 2 cubes per multiprocessor, 12.5 % theoretical occupancy, limited by registers, and 248
+//! bytes a unit spilled; width 128 spills 3 KiB. A key unit keeps its key, value and both
+//! gradients (`2 x (d_head + d_v)` f32 values) in registers across the query walk: the same
+//! price as the forward's shared kernel, twice over. The spills are listed in
+//! `tools/cuda/known-spills.json`; the tensor-core backward keeps those rows in shared memory.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]

@@ -18,6 +18,16 @@
 //!
 //! `dK` and `dQ` are written times the score scale. Products are `cmma`, or the plane's units
 //! in f32 where the device has none for the dtype (`emulate`, what CI runs).
+//!
+//! # On NVIDIA GPUs
+//!
+//! Built for at most 48 KiB of shared memory a cube, as the forward. NVRTC's figures for an
+//! H100/H200 (`sm_90`; `docs/gpu.md`), f16 at width 64: the key kernel 2 planes, 64 registers,
+//! 35 KiB, 6 cubes per multiprocessor, 18.8 % theoretical occupancy; the query kernel 4 planes,
+//! 56 registers, 46 KiB, 25 %; both limited by shared memory, both with `HMMA` in their machine
+//! code. A key plane holds 16 keys, values and their f32 gradients beside a block of query rows
+//! and two score tiles, all in shared memory: the cube's bytes bound the count, as in the
+//! forward. The key kernel spills 20 bytes a unit (`tools/cuda/known-spills.json`).
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]

@@ -15,9 +15,9 @@
 //! and their online softmax ([`fold_block`]), and the host side ([`launch`]): checks, outputs,
 //! flags, the choice, the launch.
 //!
-//! Past 700 lines for one reason to change: what every CubeCL attention kernel shares (the
-//! launch values, the per-score formula, the row state, the forward's launch); the split keys'
-//! choice and combine are `split.rs`, the backward's kernels `backward*.rs`.
+//! The launch's run-time values as the host computes them are `scalars.rs`, the split keys'
+//! choice and combine `split.rs`, the backward's kernels `backward*.rs`, each kernel's
+//! specializations for the CUDA compile check `cuda_cases.rs`.
 //!
 //! Both compute in f32 whatever the storage dtype, as the host kernel. A cube takes one tile:
 //! `rows` query rows of each of the `group` heads that share one key/value head of one sequence,
@@ -32,21 +32,23 @@ mod backward_tensor_cores;
 mod backward_units;
 #[cfg(feature = "cuda-check")]
 pub(crate) mod cuda_cases;
+mod scalars;
 pub(crate) mod boundaries;
 mod registers;
 mod split;
 mod tensor_cores;
 
 pub(crate) use backward::launch_backward;
+use scalars::{ScalarValues, storage_types};
 mod shared;
 
-use burn::backend::{TensorMetadata, cubecl::dtype_to_storage_type};
-use burn::tensor::{DType, Shape};
+use burn::backend::TensorMetadata;
+use burn::tensor::Shape;
 use burn_cubecl::{kernel::into_contiguous, ops::numeric::empty_device_dtype, tensor::CubeTensor};
 use cubecl::prelude::*;
 
 use super::check_sizes;
-use super::tile::{BiasKind, TileArgs};
+use super::tile::TileArgs;
 use super::variant::{FlashVariant, cmma_ready, count_launch, pick};
 
 /// A hidden score (WGSL has no infinity literal): `exp(HIDDEN - m)` is 0 for any real `m`.
@@ -690,129 +692,4 @@ pub(crate) fn launch(
         );
     }
     (output, lse)
-}
-
-/// The launch's run-time values ([`Scalars`]) for `sizes` and `args`, checked against the
-/// kernels' limits.
-struct ScalarValues {
-    n_heads: u32,
-    seq_q: u32,
-    seq_k: u32,
-    rows: u32,
-    query_offset: i32,
-    key_offset: i32,
-    before: i32,
-    after: i32,
-    reach: i32,
-    positions_shared: u32,
-    scale: f32,
-    softcap: f32,
-    lowest: f32,
-    flags: u32,
-    key_tiles: u32,
-    splits: u32,
-}
-
-impl ScalarValues {
-    /// # Panics
-    ///
-    /// Where a size exceeds u32 or a position reaches [`POSITION_LIMIT`].
-    fn new(
-        sizes: &super::Sizes,
-        args: &TileArgs,
-        rows: usize,
-        positions: &CubeTensor,
-        dtype: DType,
-        key_tiles: usize,
-    ) -> Self {
-        let limit = |v: usize, what: &str| {
-            assert!(
-                v < POSITION_LIMIT,
-                "tiled_attention: {what} = {v} reaches the kernel's position limit {POSITION_LIMIT}"
-            );
-            v as i32
-        };
-        let u32_of = |v: usize, what: &str| {
-            u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
-        };
-        limit(args.query_offset + sizes.seq_q, "the last query position");
-        limit(args.key_offset + sizes.seq_k, "the last key position");
-        let window = args.window;
-        let clamp = |w: usize| w.min(POSITION_LIMIT) as i32;
-        let (alibi, by_distance, reach) = match args.kind {
-            BiasKind::None => (false, false, 0),
-            BiasKind::Alibi => (true, false, 0),
-            BiasKind::ByDistance { reach } => (false, true, limit(reach, "the bias's reach")),
-        };
-        let flags = [
-            (alibi, ALIBI),
-            (by_distance, BY_DISTANCE),
-            (args.causal, CAUSAL),
-            (window.is_some(), WINDOW),
-            (args.explicit, EXPLICIT),
-            (args.segments, SEGMENTED),
-            (args.padded, PADDED),
-            (args.softcap.is_some(), CAPPED),
-        ]
-        .into_iter()
-        .filter(|(on, _)| *on)
-        .fold(0, |flags, (_, bit)| flags | bit);
-        Self {
-            n_heads: u32_of(sizes.n_heads, "n_heads"),
-            seq_q: u32_of(sizes.seq_q, "seq_q"),
-            seq_k: u32_of(sizes.seq_k, "seq_k"),
-            rows: u32_of(rows, "rows"),
-            query_offset: limit(args.query_offset, "the first query position"),
-            key_offset: limit(args.key_offset, "the first key position"),
-            before: window.map_or(0, |w| clamp(w.before)),
-            after: window.map_or(0, |w| clamp(w.after)),
-            reach,
-            positions_shared: u32::from(args.explicit && positions.shape().dims::<2>()[0] == 1),
-            scale: args.scale as f32,
-            softcap: args.softcap.unwrap_or(1.0) as f32,
-            lowest: dtype.finfo().map_or(f32::MIN, |f| f.min as f32),
-            flags,
-            key_tiles: u32_of(key_tiles, "the key tiles"),
-            splits: 1,
-        }
-    }
-
-    fn launch(&self) -> ScalarsLaunch {
-        ScalarsLaunch::new(
-            self.n_heads,
-            self.seq_q,
-            self.seq_k,
-            self.rows,
-            self.query_offset,
-            self.key_offset,
-            self.before,
-            self.after,
-            self.reach,
-            self.positions_shared,
-            self.scale,
-            self.softcap,
-            self.lowest,
-            self.flags,
-            self.key_tiles,
-            self.splits,
-        )
-    }
-}
-
-/// The kernels' `[F, C, I, J, P]`: the storage float, f32 to compute in, the positions',
-/// segments' and padding's element types.
-fn storage_types(
-    dtype: DType,
-    positions: &CubeTensor,
-    segments: &CubeTensor,
-    padding: &CubeTensor,
-) -> [cubecl::ir::ElemType; 5] {
-    let int_type = |t: &CubeTensor| dtype_to_storage_type(t.dtype);
-    [
-        dtype_to_storage_type(dtype),
-        dtype_to_storage_type(DType::F32),
-        int_type(positions),
-        int_type(segments),
-        int_type(padding),
-    ]
 }

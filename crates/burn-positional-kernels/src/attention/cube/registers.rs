@@ -9,6 +9,15 @@
 //! block measured twice as slow as reading them from device memory (2.2 s against 1.1 s for a
 //! causal ALiBi block at 2048 tokens); several rows per unit halved it again. A GPU wants the
 //! shared-memory kernel (`shared.rs`).
+//!
+//! # On NVIDIA GPUs
+//!
+//! Not built for them: `Auto` takes the shared kernel on a GPU, and this one runs there only
+//! when forced or where the shared plan does not fit. Its rows per unit (8 for narrow heads)
+//! hold `per_unit x (d_head + d_v)` f32 values, far past an NVIDIA unit's 255 registers: NVRTC
+//! (`docs/gpu.md`) gives 255 registers and spills at every width (at f16 width 64, 2 rows a unit:
+//! 244 bytes stored, 1,424 loaded; at width 40, 8 rows: 13 KiB), 12.5 % theoretical occupancy.
+//! All listed in `tools/cuda/known-spills.json`.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]

@@ -33,7 +33,18 @@
 //! rows per plane, the score tile staged in shared memory for the per-score formula.
 //!
 //! Wide heads cost registers: a unit holds `per_unit x (d_head + d_v)` f32 values, 256 at
-//! `d_head = d_v = 128`, more than an NVIDIA unit keeps without spilling. Not yet measured.
+//! `d_head = d_v = 128`, more than an NVIDIA unit keeps without spilling.
+//!
+//! # On NVIDIA GPUs
+//!
+//! Built for cubes of 128 units (4 planes) with at most 32 KiB of shared memory. NVRTC's figures
+//! for an H100/H200 (`sm_90`; `cuda_kernels` example, `tools/cuda/kernels.py`, `docs/gpu.md`):
+//! f16 at width 64, 241 registers a unit, 17 KiB a cube, so 2 cubes per multiprocessor, 12.5 %
+//! theoretical occupancy, limited by registers; width 128 takes all 255 and spills (336 bytes
+//! stored a unit). That is the design's price, not a tuning slip: a unit keeps its row's
+//! scaled query and output accumulator (`d_head + d_v` values) in registers across the whole key
+//! walk, and 50 % occupancy would need 64 registers a unit. The tensor-core kernel moves both
+//! into shared memory and `cmma` fragments.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]

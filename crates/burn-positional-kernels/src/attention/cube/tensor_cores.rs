@@ -23,6 +23,19 @@
 //! cube's). A tile product is `cmma` where the device has it for the dtype; elsewhere (f32,
 //! WGSL, lavapipe) the plane's 32 units compute the same 16x16 tile in f32, 8 entries each
 //! ([`tile_product`], `emulate`): the same kernel around it, which is what CI runs.
+//!
+//! # On NVIDIA GPUs
+//!
+//! Built for cubes of 4 planes (128 units) and at most 48 KiB of shared memory, the plan
+//! shrinking the stage, then the planes, to fit. NVRTC's figures for an H100/H200 (`sm_90`;
+//! `cuda_kernels` example, `tools/cuda/kernels.py`, `docs/gpu.md`): f16 at width 64, 56
+//! registers a unit and 45 KiB a cube, so 4 cubes per multiprocessor, 25 % theoretical
+//! occupancy, limited by shared memory; width 128 takes 2 planes, 12.5 %. Its machine code holds
+//! 32 `HMMA` (the tensor cores' instruction). FlashAttention-2's own shape: every operand of a
+//! product is in shared memory (queries, a stage of keys and values, the score tile, the output),
+//! so the cube's bytes, not its units, bound how many share a multiprocessor; more cubes would
+//! take smaller stages and more barriers per key. 4 bytes a unit spill at width 64 in f16 (one
+//! value kept across a call of the division's slow path), listed in `tools/cuda/known-spills.json`.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]

@@ -1,5 +1,13 @@
-//! The user-facing calls, on `Tensor<D>` (no backend type parameter in burn 0.22): the
-//! `Device` the tensors live on selects the implementation through `Dispatch`.
+//! The fused embedding: the user-facing calls, on `Tensor<D>` (no backend type parameter in
+//! burn 0.22), whose `Device` selects the implementation through `Dispatch`.
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `mod.rs` | the calls, their checks and errors |
+//! | `options.rs` | the options, the kernels' arguments and their shape checks |
+//! | `cube.rs` | the CubeCL kernel and its launch (wgpu, CUDA), its CUDA compile check's cases |
+//! | `host.rs` | the host twin on flex and ndarray |
+//! | `reference.rs` | the slow reference: plain tensor ops, on any backend |
 
 use std::cell::Cell;
 
@@ -7,10 +15,16 @@ use burn::backend::Dispatch;
 use burn::tensor::{DType, Device, Int, Tensor};
 
 use crate::PositionalKernels;
-use crate::options::{
+use options::{
     FusedEmbeddingOptions, KernelArgs, PositionMode, STATUS_BAD_ID, STATUS_BAD_POSITION,
 };
-use crate::reference;
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+pub(crate) mod host;
+pub(crate) mod options;
+pub(crate) mod reference;
 
 /// Where each token sits: the one positions type of the layer and the kernels.
 // Built per call and moved once, like burn's own tensor arguments.

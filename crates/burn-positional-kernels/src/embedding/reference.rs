@@ -11,7 +11,7 @@ use burn::backend::{
 };
 use burn::tensor::{BoolDType, DType, FloatDType, IntDType, Shape};
 
-use crate::options::{Combine, FusedEmbeddingOptions, KernelArgs, check_tensors};
+use crate::embedding::options::{Combine, FusedEmbeddingOptions, KernelArgs, check_tensors};
 
 /// `0 <= ids < vocab_size`, as a bool `[batch, seq]`, compared in the ids' own dtype.
 pub(crate) fn id_ok<B: Backend>(
@@ -98,7 +98,7 @@ fn nan_where_not<B: Backend>(rows: FloatTensor<B>, ok: BoolTensor<B>) -> FloatTe
 ///
 /// # Panics
 ///
-/// As [`check_tensors`](crate::options::check_tensors); without a table, if `tokens` or `ids`
+/// As [`check_tensors`](crate::embedding::options::check_tensors); without a table, if `tokens` or `ids`
 /// is not rank 2 or ids are not i32 or i64.
 pub(crate) fn fused_embedding<B: Backend>(
     tokens: FloatTensor<B>,
