@@ -209,6 +209,12 @@ fn compilation_options(gpu: NvidiaGpu) -> CompilationOptions {
 }
 
 impl Target {
+    /// The check's part of the matrix for `gpu`, for tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(gpu: NvidiaGpu) -> Self {
+        Self::new(gpu, false)
+    }
+
     /// The device properties `cubecl-cuda` reads off `gpu` (the parts a kernel's expansion or
     /// this crate's plans read: types, `cmma` shapes, planes of 32, shared memory, units).
     fn new(gpu: NvidiaGpu, full: bool) -> Self {
@@ -313,4 +319,82 @@ pub(crate) fn elementwise_dim() -> CubeDim {
 /// `io_optimized_vector_sizes` at a load width of 128 bits).
 pub(crate) fn widest_vector(dtype: burn::tensor::DType) -> usize {
     16 / dtype.size()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn cases(gpu: NvidiaGpu, full: bool) -> Vec<Case> {
+        let target = Target::new(gpu, full);
+        let mut cases = Vec::new();
+        cases.extend(crate::embedding::cube::cuda_cases(&target));
+        cases.extend(crate::rope::cube::cuda_cases(&target));
+        cases.extend(crate::table_grad::cube::cuda_cases(&target));
+        cases.extend(crate::skinny::cube::cuda_cases(&target));
+        cases.extend(crate::attention::cube::cuda_cases::cases(&target));
+        cases
+    }
+
+    /// Every kernel family has cases on both GPUs, each named once, and the check's part of
+    /// the matrix is inside the full one.
+    #[test]
+    fn every_kernel_has_cases_named_once() {
+        let families = [
+            "embedding forward",
+            "rope: rows",
+            "rope: strided",
+            "table gradient: count",
+            "table gradient: scan",
+            "table gradient: fill",
+            "table gradient: order",
+            "table gradient: sum",
+            "skinny product",
+            "skinny product, transposed weight",
+            "attention forward: tensor cores",
+            "attention forward: shared",
+            "attention forward: registers",
+            "attention forward: split keys' combine",
+            "attention backward: tensor cores, keys",
+            "attention backward: tensor cores, queries",
+            "attention backward: shared",
+            "attention backward: registers",
+        ];
+        for gpu in [H100, A100] {
+            let named = |full| {
+                let cases = cases(gpu, full);
+                let names: BTreeSet<(String, String)> = cases
+                    .iter()
+                    .map(|c| (c.kernel.to_string(), c.spec.clone()))
+                    .collect();
+                assert_eq!(names.len(), cases.len(), "{}: a case named twice", gpu.name);
+                let kinds: BTreeSet<&str> = cases.iter().map(|c| c.kernel).collect();
+                assert_eq!(kinds, families.iter().copied().collect(), "{}", gpu.name);
+                assert!(
+                    cases.iter().any(|c| c.tensor_cores),
+                    "{}: no case on the tensor cores",
+                    gpu.name
+                );
+                names
+            };
+            let (check, full) = (named(false), named(true));
+            assert!(check.is_subset(&full) && check.len() < full.len());
+        }
+    }
+
+    /// One kernel all the way to CUDA C++: its entry point, and `cmma` as NVIDIA's `wmma`.
+    #[test]
+    fn a_tensor_core_kernel_becomes_wmma() {
+        let case = cases(H100, false)
+            .into_iter()
+            .find(|c| c.tensor_cores)
+            .expect("a tensor-core case");
+        let source = compile(&case, H100, &compilation_options(H100)).unwrap();
+        assert!(source.source.contains(&format!("__global__ void __launch_bounds__(")));
+        assert!(source.source.contains(&source.entrypoint));
+        assert!(source.source.contains("nvcuda::wmma::mma_sync"));
+        assert!(source.dynamic_shared_bytes > 0 && source.dynamic_shared_bytes <= 48 * 1024);
+    }
 }

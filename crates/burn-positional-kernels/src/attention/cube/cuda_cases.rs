@@ -384,3 +384,28 @@ fn storage_types(dtype: DType) -> [cubecl::ir::ElemType; 5] {
 fn scalars() -> ScalarsLaunch {
     ScalarsLaunch::new(1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1.0, 1.0, -1.0, 0, 0, 1)
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::DType;
+
+    use super::cmma_ready;
+    use crate::cuda_check::{A100, H100, Target};
+
+    /// The properties stand for what `cubecl-cuda` reads off the GPUs: `cmma` for the halves
+    /// (so the tensor-core kernels take the tensor cores, as on the H200 of issue 61), not f32.
+    #[test]
+    fn the_gpus_have_tensor_cores_for_halves_only() {
+        for gpu in [H100, A100] {
+            let target = Target::for_tests(gpu);
+            for (dtype, cmma) in [(DType::F16, true), (DType::BF16, true), (DType::F32, false)] {
+                assert_eq!(
+                    cmma_ready(&target.properties, dtype),
+                    cmma,
+                    "{} {dtype:?}",
+                    gpu.name
+                );
+            }
+        }
+    }
+}
