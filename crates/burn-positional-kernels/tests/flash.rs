@@ -450,6 +450,7 @@ fn check_variant(
     splits: Option<usize>,
     keep: impl Fn(&Case) -> bool,
 ) -> u64 {
+    let _forcing = crate::forcing(variant);
     set_thread_flash_variant(Some(variant));
     set_thread_flash_key_splits(splits);
     let devices = wgpu_devices();
@@ -508,8 +509,9 @@ fn register_kernel_equals_the_slow_twin() {
 
 /// The shared-memory kernels, forced (on lavapipe too, where `Auto` would not pick them), the
 /// forward and the backward: every case; of the 1000-token ones only the window, whose tiles start their keys past 0 and walk
-/// many stages (the 63- and 65-token cases already cross a stage of 64 keys). No other test
-/// forces it: its launches are exactly this test's calls.
+/// many stages (the 63- and 65-token cases already cross a stage of 64 keys). The sweeps force
+/// it too (`flash_sweep.rs`); holding the variant's lock (`crate::forcing`), its launches are
+/// exactly this test's calls.
 #[test]
 fn shared_kernel_equals_the_slow_twin() {
     let extra = check_variant(FlashVariant::Shared, None, |case| {

@@ -152,6 +152,7 @@ fn sweep(
     rows_at: &[usize],
     dtypes: &[DType],
 ) {
+    let _forcing = crate::forcing(variant);
     set_thread_flash_variant(Some(variant));
     set_thread_flash_key_splits(splits);
     let devices = wgpu_devices();
@@ -291,6 +292,7 @@ fn tensor_core_kernel_across_its_boundaries() {
 /// window over one key/value head of four, and 1,024 tokens with ALiBi over two of four.
 #[test]
 fn issue_rows() {
+    let _forcing = crate::forcing(FlashVariant::TensorCores);
     set_thread_flash_variant(Some(FlashVariant::TensorCores));
     let device = &wgpu_devices()[1];
     device.seed(13);
