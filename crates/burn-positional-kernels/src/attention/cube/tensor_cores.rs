@@ -34,8 +34,9 @@
 //! 32 `HMMA` (the tensor cores' instruction). FlashAttention-2's own shape: every operand of a
 //! product is in shared memory (queries, a stage of keys and values, the score tile, the output),
 //! so the cube's bytes, not its units, bound how many share a multiprocessor; more cubes would
-//! take smaller stages and more barriers per key. 4 bytes a unit spill at width 64 in f16 (one
-//! value kept across a call of the division's slow path), listed in `tools/cuda/known-spills.json`.
+//! take smaller stages and more barriers per key. 4 bytes a unit spill at width 64 in f16 (a
+//! value kept across a call into a slow-path subroutine, `CALL.REL.NOINC` in the SASS), listed
+//! in `tools/cuda/known-spills.json`.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]
