@@ -23,9 +23,8 @@ use cubecl::ir::{
 };
 use cubecl::prelude::*;
 use cubecl::server::Handle;
-use cubecl_common::device::DeviceId;
-use cubecl_environment::stream::StreamId;
 use cubecl::zspace::{Shape, Strides};
+use cubecl_common::device::DeviceId;
 use cubecl_cpp::{
     cuda::{
         arch::CudaArchitecture,
@@ -35,6 +34,7 @@ use cubecl_cpp::{
     shared::{CompilationOptions, CppCompiler, CppSupportedFeatures, register_wmma_features},
     target::Cuda,
 };
+use cubecl_environment::stream::StreamId;
 
 /// An NVIDIA GPU the kernels are compiled for: what `cubecl-cuda` reads off the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,7 +165,11 @@ pub fn kernel_sources(gpu: NvidiaGpu, full: bool) -> Result<Vec<KernelSource>, S
         .collect()
 }
 
-fn compile(case: &Case, gpu: NvidiaGpu, options: &CompilationOptions) -> Result<KernelSource, String> {
+fn compile(
+    case: &Case,
+    gpu: NvidiaGpu,
+    options: &CompilationOptions,
+) -> Result<KernelSource, String> {
     let named = |e: &dyn std::fmt::Display| format!("{} ({}): {e}", case.kernel, case.spec);
     let mut definition = cubecl::define_kernel(&*case.build).map_err(|e| named(&e))?;
     // `create_dummy_kernel` registers as the checked `launch` does; this crate launches every
@@ -173,12 +177,9 @@ fn compile(case: &Case, gpu: NvidiaGpu, options: &CompilationOptions) -> Result<
     definition.settings.execution_mode = ExecutionMode::Unchecked;
     let entrypoint = definition.settings.kernel_name.clone();
     let cube_dim = definition.settings.cube_dim;
-    let compiled = cubecl::Compiler::compile(
-        &mut CppCompiler::<Cuda>::default(),
-        definition,
-        options,
-    )
-        .map_err(|e| named(&e))?;
+    let compiled =
+        cubecl::Compiler::compile(&mut CppCompiler::<Cuda>::default(), definition, options)
+            .map_err(|e| named(&e))?;
     Ok(KernelSource {
         kernel: case.kernel,
         spec: case.spec.clone(),
@@ -261,7 +262,10 @@ impl Target {
         }
         properties.features.plane.insert(Plane::Sync);
         properties.features.plane.insert(Plane::Ops);
-        properties.features.plane.insert(Plane::NonUniformControlFlow);
+        properties
+            .features
+            .plane
+            .insert(Plane::NonUniformControlFlow);
         properties.features.memory_reinterpret = true;
         properties.features.alignment = true;
         properties.features.device_memory_scope = true;
@@ -392,7 +396,11 @@ mod tests {
             .find(|c| c.tensor_cores)
             .expect("a tensor-core case");
         let source = compile(&case, H100, &compilation_options(H100)).unwrap();
-        assert!(source.source.contains(&format!("__global__ void __launch_bounds__(")));
+        assert!(
+            source
+                .source
+                .contains(&format!("__global__ void __launch_bounds__("))
+        );
         assert!(source.source.contains(&source.entrypoint));
         assert!(source.source.contains("nvcuda::wmma::mma_sync"));
         assert!(source.dynamic_shared_bytes > 0 && source.dynamic_shared_bytes <= 48 * 1024);

@@ -57,13 +57,6 @@ mod rope;
 mod skinny;
 mod table_grad;
 
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use embedding::fused_calls;
-pub use embedding::{
-    FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding, max_buffer_bytes,
-    reference_embedding, try_fused_embedding,
-};
 pub use attention::{
     AttendOptions, AttentionBias, AttentionPositions, FLASH_VARIANT_ENV, FlashBoundaries,
     FlashVariant, Window, flash_boundaries, flash_variant, flash_variant_for, reference_attention,
@@ -75,8 +68,15 @@ pub use attention::{
     flash_attention_backward_calls, flash_attention_calls, flash_variant_backward_launches,
     flash_variant_launches, set_thread_flash_key_splits, set_thread_flash_variant,
 };
-pub(crate) use extension::PositionalKernels;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use embedding::fused_calls;
 pub use embedding::options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};
+pub use embedding::{
+    FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding, max_buffer_bytes,
+    reference_embedding, try_fused_embedding,
+};
+pub(crate) use extension::PositionalKernels;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use rope::fused_rope_calls;

@@ -263,7 +263,13 @@ fn sweep(
 
 #[test]
 fn register_kernel_across_its_boundaries() {
-    sweep(FlashVariant::Registers, None, &PLAN_WIDTHS, &[], &[DType::F32]);
+    sweep(
+        FlashVariant::Registers,
+        None,
+        &PLAN_WIDTHS,
+        &[],
+        &[DType::F32],
+    );
 }
 
 #[test]
@@ -273,7 +279,13 @@ fn shared_kernel_across_its_boundaries() {
 
 #[test]
 fn split_keys_across_their_boundaries() {
-    sweep(FlashVariant::Shared, Some(3), &PLAN_WIDTHS, &[], &[DType::F32]);
+    sweep(
+        FlashVariant::Shared,
+        Some(3),
+        &PLAN_WIDTHS,
+        &[],
+        &[DType::F32],
+    );
 }
 
 #[test]

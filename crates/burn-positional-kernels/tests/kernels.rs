@@ -33,5 +33,7 @@ fn forcing(variant: FlashVariant) -> MutexGuard<'static, ()> {
     };
     // A test that failed while holding it leaves the counts as they are: the next one still
     // counts from its own start.
-    LOCKS[at].lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    LOCKS[at]
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -11,10 +11,6 @@
 //! slow twin ([`reference_attention`]) and the path of every other backend, and the backward
 //! of all.
 //!
-//! Past 700 lines for one reason to change: the op's public surface (options, bias, positions,
-//! the two entry points, their checks and counters); the kernels, passes and tiles are the
-//! submodules.
-//!
 //! For the tile of query rows `r0..r0 + rows` over the keys it can see:
 //!
 //! ```text

@@ -247,7 +247,6 @@ fn narrow(status: CubeTensor, dtype: DType) -> CubeTensor {
     }
 }
 
-
 /// The embedding's specializations for the CUDA compile check ([`crate::cuda_check`]): every
 /// table dtype, both int widths, add and concatenate, sequential and explicit positions, at
 /// the widest vector an NVIDIA GPU reads well (16 bytes).

@@ -268,13 +268,24 @@ pub(crate) fn cuda_cases(target: &crate::cuda_check::Target) -> Vec<crate::cuda_
             for inverse in [false, true] {
                 let spec = format!(
                     "{dtype:?} {}{}",
-                    if half_split { "half split" } else { "interleaved" },
+                    if half_split {
+                        "half split"
+                    } else {
+                        "interleaved"
+                    },
                     if inverse { ", inverse" } else { "" }
                 );
                 for per_batch in [false, true] {
                     cases.push(Case::new(
                         "rope: rows",
-                        format!("{spec}{}", if per_batch { ", a table per sequence" } else { "" }),
+                        format!(
+                            "{spec}{}",
+                            if per_batch {
+                                ", a table per sequence"
+                            } else {
+                                ""
+                            }
+                        ),
                         false,
                         rope_rows_kernel::create_dummy_kernel(
                             target.properties.clone(),

@@ -57,7 +57,11 @@ impl Matrix {
 
     /// The backward's bias slots: both in the full matrix, none beyond one for the check.
     fn bias_slots(&self) -> &'static [usize] {
-        if self.full { &BIAS_SLOTS } else { &BIAS_SLOTS[..1] }
+        if self.full {
+            &BIAS_SLOTS
+        } else {
+            &BIAS_SLOTS[..1]
+        }
     }
 }
 
@@ -198,7 +202,10 @@ fn forward(
                 )
             };
         }
-        let spec = name(format!("{} rows per unit, {} units", plan.per_unit, plan.units));
+        let spec = name(format!(
+            "{} rows per unit, {} units",
+            plan.per_unit, plan.units
+        ));
         cases.push(match plan.stage {
             Some(stage) => Case::new(
                 "attention forward: shared",
@@ -210,7 +217,10 @@ fn forward(
                 "attention forward: registers",
                 spec,
                 false,
-                dummy!(registers::flash_registers_kernel::create_dummy_kernel, KEY_BLOCK),
+                dummy!(
+                    registers::flash_registers_kernel::create_dummy_kernel,
+                    KEY_BLOCK
+                ),
             ),
         });
     }
@@ -228,8 +238,9 @@ fn backward(
     let sizes = sizes(group, width);
     let (d_head, d_v) = width;
     let dtypes = storage_types(dtype);
-    let name =
-        |what: String| format!("{dtype:?} d{d_head}/{d_v} group {group} bias slots {bias_slots}: {what}");
+    let name = |what: String| {
+        format!("{dtype:?} d{d_head}/{d_v} group {group} bias slots {bias_slots}: {what}")
+    };
     let emulate = !cmma_ready(properties, dtype);
     if tensor_cores::width_checked(&sizes, emulate)
         && let Some(plan) =
@@ -307,7 +318,10 @@ fn backward(
     let shared = backward_shared::plan(&sizes, group, dtype.size(), &properties.hardware);
     let register_units = {
         let per_unit = backward::per_unit(&sizes);
-        (per_unit, group * super::units_per_head(sizes.seq_q, per_unit, group))
+        (
+            per_unit,
+            group * super::units_per_head(sizes.seq_q, per_unit, group),
+        )
     };
     let plans = [
         shared.map(|plan| (plan.per_unit, plan.units, plan.stage)),

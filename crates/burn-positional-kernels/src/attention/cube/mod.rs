@@ -30,11 +30,11 @@ mod backward;
 mod backward_shared;
 mod backward_tensor_cores;
 mod backward_units;
+pub(crate) mod boundaries;
 #[cfg(feature = "cuda-check")]
 pub(crate) mod cuda_cases;
-mod scalars;
-pub(crate) mod boundaries;
 mod registers;
+mod scalars;
 mod split;
 mod tensor_cores;
 
