@@ -131,13 +131,7 @@ impl Case {
 /// A kernel whose expansion panics or that the CUDA C++ generator refuses, named with its
 /// specialization.
 pub fn kernel_sources(gpu: NvidiaGpu, full: bool) -> Result<Vec<KernelSource>, String> {
-    let target = Target::new(gpu, full);
-    let mut cases = Vec::new();
-    cases.extend(crate::embedding::cube::cuda_cases(&target));
-    cases.extend(crate::rope::cube::cuda_cases(&target));
-    cases.extend(crate::table_grad::cube::cuda_cases(&target));
-    cases.extend(crate::skinny::cube::cuda_cases(&target));
-    cases.extend(crate::attention::cube::cuda_cases::cases(&target));
+    let cases = cases(&Target::new(gpu, full));
     let options = compilation_options(gpu);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -163,6 +157,17 @@ pub fn kernel_sources(gpu: NvidiaGpu, full: bool) -> Result<Vec<KernelSource>, S
                 .expect("every case is compiled")
         })
         .collect()
+}
+
+/// Every kernel folder's specializations for `target`, in a stable order.
+fn cases(target: &Target) -> Vec<Case> {
+    let mut cases = Vec::new();
+    cases.extend(crate::embedding::cube::cuda_cases(target));
+    cases.extend(crate::rope::cube::cuda_cases(target));
+    cases.extend(crate::table_grad::cube::cuda_cases(target));
+    cases.extend(crate::skinny::cube::cuda_cases(target));
+    cases.extend(crate::attention::cube::cuda_cases::cases(target));
+    cases
 }
 
 fn compile(
@@ -332,14 +337,7 @@ mod tests {
     use super::*;
 
     fn cases(gpu: NvidiaGpu, full: bool) -> Vec<Case> {
-        let target = Target::new(gpu, full);
-        let mut cases = Vec::new();
-        cases.extend(crate::embedding::cube::cuda_cases(&target));
-        cases.extend(crate::rope::cube::cuda_cases(&target));
-        cases.extend(crate::table_grad::cube::cuda_cases(&target));
-        cases.extend(crate::skinny::cube::cuda_cases(&target));
-        cases.extend(crate::attention::cube::cuda_cases::cases(&target));
-        cases
+        super::cases(&Target::new(gpu, full))
     }
 
     /// Every kernel family has cases on both GPUs, each named once, and the check's part of
