@@ -49,6 +49,7 @@ mod cube;
 pub mod cuda_check;
 mod embedding;
 mod extension;
+mod grid;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 mod host;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
@@ -77,6 +78,7 @@ pub use embedding::{
     reference_embedding, try_fused_embedding,
 };
 pub(crate) use extension::PositionalKernels;
+pub use grid::{Grid, GridError};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use rope::fused_rope_calls;

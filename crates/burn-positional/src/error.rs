@@ -12,7 +12,7 @@
 //! `at: [batch, index]`, its batch row and its index along `seq` (an `Option` where a check
 //! that sees only a window or a largest value has no single token to name).
 
-use burn_positional_kernels::FusedEmbeddingError;
+use burn_positional_kernels::{FusedEmbeddingError, GridError};
 use thiserror::Error;
 
 /// Why a config, an input or a record was refused.
@@ -282,6 +282,55 @@ pub enum PositionError {
         /// The learned table's dtype.
         table: String,
     },
+
+    /// A grid refused by its sizes: no axis or more than three, an axis of size 0 or below.
+    #[error(transparent)]
+    Grid(#[from] GridError),
+
+    /// A grid whose number of tokens is not the number of tokens given.
+    #[error(
+        "the grid {grid} holds {tokens} tokens but {seq} were given. Fix: give the grid of the \
+         patches actually there (rows = height / patch size, columns = width / patch size), and \
+         leave the tokens that are not on it (a class token) out of the grid's part"
+    )]
+    GridLength {
+        /// The grid, `rows x columns`.
+        grid: String,
+        /// Its number of tokens.
+        tokens: usize,
+        /// The tokens given.
+        seq: usize,
+    },
+
+    /// Positions with more (or fewer) axes than the scheme places tokens on.
+    #[error("{scheme} places tokens on {expected} axes, but the positions have {got}. Fix: {fix}")]
+    GridAxes {
+        /// The scheme.
+        scheme: String,
+        /// The axes it takes.
+        expected: usize,
+        /// The axes given.
+        got: usize,
+        /// What to change.
+        fix: &'static str,
+    },
+
+    /// A grid axis larger than a table can be resized to.
+    #[error(
+        "grid axis {axis} has {size} patches, past {limit}, the most a resized position table \
+         takes (one resize matrix of {size} x {trained} values per axis). Fix: use a smaller \
+         image, or a larger patch size"
+    )]
+    GridTooLarge {
+        /// The axis.
+        axis: usize,
+        /// Its size.
+        size: usize,
+        /// The trained size on that axis.
+        trained: usize,
+        /// The most allowed.
+        limit: usize,
+    },
 }
 
 impl From<FusedEmbeddingError> for PositionError {
@@ -311,6 +360,16 @@ impl From<FusedEmbeddingError> for PositionError {
             FusedEmbeddingError::PositionsShape { expected, got } => {
                 Self::positions_shape(expected, got)
             }
+            FusedEmbeddingError::GridLength { grid, tokens, seq } => {
+                Self::GridLength { grid, tokens, seq }
+            }
+            FusedEmbeddingError::PositionsOnGrid { axes } => Self::GridAxes {
+                scheme: "the embedding's one-axis position table".into(),
+                expected: 1,
+                got: axes,
+                fix: "embed patches with a grid scheme (`AbsolutePosition::on_grid`: MAE's 2D \
+                      sin-cos, a learned grid resized), or give one position per token",
+            },
         }
     }
 }

@@ -51,6 +51,7 @@ pub use attention::{
 pub use burn_positional_kernels::Combine;
 /// Which path a device takes: the fused kernel (its backend's feature is on) or plain tensor ops.
 pub use burn_positional_kernels::fused_covers;
+pub use burn_positional_kernels::{Grid, GridError};
 /// A few rows times a matrix or its transpose (a decoding step's linear layers and tied head),
 /// in one kernel on wgpu and CUDA.
 pub use burn_positional_kernels::{SKINNY_MAX_ROWS, skinny_matmul, skinny_matmul_transposed};
@@ -59,7 +60,7 @@ pub use error::PositionError;
 pub use rotary::hf_config::HfConfigError;
 pub use rotary::{
     DynamicScaling, Llama3Scaling, LongRopeScaling, ProportionalScaling, Rope, RopeArithmetic,
-    RopeConfig, RopeLayout, RopeScaling, YarnScaling,
+    RopeAxes, RopeConfig, RopeLayout, RopeScaling, YarnScaling,
 };
 pub use score_bias::{Alibi, AlibiConfig, ScoreBias, ScoreBiasConfig, T5Bias, T5BiasConfig};
 

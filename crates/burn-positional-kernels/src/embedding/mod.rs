@@ -14,7 +14,7 @@ use std::cell::Cell;
 use burn::backend::Dispatch;
 use burn::tensor::{DType, Device, Int, Tensor};
 
-use crate::PositionalKernels;
+use crate::{Grid, PositionalKernels};
 use options::{
     FusedEmbeddingOptions, KernelArgs, PositionMode, STATUS_BAD_ID, STATUS_BAD_POSITION,
 };
@@ -38,6 +38,49 @@ pub enum Positions {
     /// One position per token, `[batch, seq]`, for example for left-padded batches; or one row
     /// `[1, seq]` shared by every row of the batch.
     Explicit(Tensor<2, Int>),
+    /// The tokens of a grid (image patches: rows, columns; video: frames, rows, columns), in
+    /// row-major order: token `i` sits at [`Grid::coordinates`]' row `i`. `seq` must equal
+    /// `grid.len()`. Computed from the sizes: no position tensor is built per call. A 1-axis
+    /// grid is `Offset(0)`.
+    Grid(Grid),
+    /// Explicit positions on several axes, `[batch or 1, seq, axes]` (Qwen2-VL's M-RoPE ids,
+    /// transposed from its `[3, batch, seq]`; a patch order of a family's own). One axis is
+    /// `Explicit`.
+    Axes(Tensor<3, Int>),
+}
+
+impl Positions {
+    /// How many axes a position has: 1 for `Offset` and `Explicit`, the grid's or the tensor's
+    /// last dimension otherwise.
+    pub fn axes(&self) -> usize {
+        match self {
+            Self::Offset(_) | Self::Explicit(_) => 1,
+            Self::Grid(grid) => grid.axes(),
+            Self::Axes(p) => p.dims()[2],
+        }
+    }
+
+    /// These positions as one-axis positions for `seq` tokens, where they have one axis (a
+    /// 1-axis grid of `seq` tokens is `Offset(0)`; `[n, seq, 1]` axes are `Explicit`), or why
+    /// not: the grid holds another number of tokens, or there is more than one axis.
+    pub fn on_sequence(self, seq: usize) -> Result<Self, FusedEmbeddingError> {
+        match self {
+            Self::Grid(grid) if grid.len() != seq => Err(FusedEmbeddingError::GridLength {
+                grid: grid.to_string(),
+                tokens: grid.len(),
+                seq,
+            }),
+            Self::Grid(grid) if grid.axes() == 1 => Ok(Self::Offset(0)),
+            Self::Axes(p) if p.dims()[2] == 1 => {
+                let [n, s, _] = p.dims();
+                Ok(Self::Explicit(p.reshape([n, s])))
+            }
+            Self::Grid(_) | Self::Axes(_) => {
+                Err(FusedEmbeddingError::PositionsOnGrid { axes: self.axes() })
+            }
+            one_axis => Ok(one_axis),
+        }
+    }
 }
 
 impl Default for Positions {
@@ -108,6 +151,30 @@ pub enum FusedEmbeddingError {
         seq: usize,
         /// The largest position (`i32::MAX`).
         limit: i64,
+    },
+    /// A grid whose number of tokens is not the number of tokens given.
+    #[error(
+        "the grid {grid} holds {tokens} tokens but {seq} were given; give the grid of the \
+         patches actually embedded (rows = height / patch size, columns = width / patch size), \
+         or slice off the tokens that are not on it (a class token) before"
+    )]
+    GridLength {
+        /// The grid, `rows x columns`.
+        grid: String,
+        /// Its number of tokens.
+        tokens: usize,
+        /// The tokens given.
+        seq: usize,
+    },
+    /// Positions on several axes given to a one-axis table.
+    #[error(
+        "positions on {axes} axes have no row in a one-axis position table; embed patches with \
+         a grid scheme (`AbsolutePosition::on_grid`: MAE's 2D sin-cos, a learned grid resized), \
+         or give one position per token"
+    )]
+    PositionsOnGrid {
+        /// The axes given.
+        axes: usize,
     },
     /// Explicit positions whose shape is neither the ids' nor `[1, seq]`.
     #[error(
@@ -226,6 +293,8 @@ impl InputStatus {
                 })
             }
             Positions::Offset(offset) => (*offset + at[1]) as i64,
+            // `embed_with` kept one-axis positions only (`Positions::on_sequence`).
+            Positions::Grid(_) | Positions::Axes(_) => unreachable!("positions on a grid"),
         };
         if position < 0 {
             return FusedEmbeddingError::NegativePosition { position, at };
@@ -284,6 +353,7 @@ fn kernel_args(
             }
             PositionMode::Explicit
         }
+        Positions::Grid(_) | Positions::Axes(_) => unreachable!("positions on a grid"),
     };
     Ok(KernelArgs {
         options: options.clone(),
@@ -296,6 +366,7 @@ fn positions_arg(ids: &Tensor<2, Int>, positions: &Positions) -> Tensor<2, Int> 
     match positions {
         Positions::Explicit(p) => p.clone(),
         Positions::Offset(_) => ids.clone(),
+        Positions::Grid(_) | Positions::Axes(_) => unreachable!("positions on a grid"),
     }
 }
 
@@ -433,6 +504,7 @@ fn embed_with(
         KernelArgs,
     ) -> (Tensor<3>, Tensor<2, Int>),
 ) -> Result<(Tensor<3>, InputStatus), FusedEmbeddingError> {
+    let positions = positions.on_sequence(ids.dims()[1])?;
     let args = kernel_args(&ids, &positions, table.is_some(), options)?;
     let [vocab_size, _] = tokens.dims();
     let max_len = table.as_ref().map(|t| t.dims()[0]);

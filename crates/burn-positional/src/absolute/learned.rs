@@ -11,9 +11,12 @@ use burn::nn::Initializer;
 use burn::tensor::module::embedding;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
+use super::grid::{PatchGridConfig, resize_matrices, resize_table};
 use super::{SinusoidalConfig, sinusoid_rows};
 use crate::PositionError;
+use crate::cache::{DeviceKey, Grown};
 use crate::limits::{device_fits, table_fits};
+use burn_positional_kernels::Grid;
 
 /// How a learned table starts.
 #[derive(Config, Debug, PartialEq)]
@@ -36,6 +39,11 @@ pub struct LearnedConfig {
     /// How the table starts. `N(0, 0.02)` by default, the initialization of BERT and GPT-2.
     #[config(default = "LearnedInit::Random(Initializer::Normal { mean: 0.0, std: 0.02 })")]
     pub init: LearnedInit,
+    /// The table is a patch grid (a vision transformer's): prefix rows, then one row per patch
+    /// of the trained grid, resized to other grids by [`LearnedPosition::on_grid`]. None by
+    /// default (one row per position of a sequence).
+    #[config(default = "None")]
+    pub grid: Option<PatchGridConfig>,
 }
 
 /// A trainable table of position vectors. Built by [`LearnedConfig::init`].
@@ -55,6 +63,12 @@ pub struct LearnedConfig {
 pub struct LearnedPosition {
     /// `[max_len, d_position]`, trained and saved.
     pub table: Param<Tensor<2>>,
+    /// The patch-grid layout of the table, if it has one.
+    #[module(skip)]
+    grid: Option<PatchGridConfig>,
+    /// The resize matrices of the last grid asked for, kept on the device.
+    #[module(skip)]
+    resize: Grown<Vec<Tensor<2>>, (DeviceKey, Grid)>,
 }
 
 impl ModuleDisplay for LearnedPosition {
@@ -87,6 +101,9 @@ impl LearnedConfig {
         table_fits("LearnedConfig::max_len", self.max_len, d_position, || {
             "set max_len to the longest sequence the model will see".into()
         })?;
+        if let Some(grid) = &self.grid {
+            grid.validate(self.max_len)?;
+        }
         if let LearnedInit::Sinusoidal { base } = self.init {
             SinusoidalConfig::new()
                 .with_base(base)
@@ -134,7 +151,11 @@ impl LearnedConfig {
                 Param::from_data(TensorData::new(rows, [self.max_len, d_position]), device)
             }
         };
-        Ok(materialize(LearnedPosition { table }))
+        Ok(materialize(LearnedPosition {
+            table,
+            grid: self.grid.clone(),
+            resize: Grown::default(),
+        }))
     }
 }
 
@@ -184,4 +205,186 @@ impl LearnedPosition {
     pub fn gather(&self, positions: Tensor<2, Int>) -> Tensor<3> {
         embedding(self.table.val(), positions)
     }
+
+    /// The patch-grid layout of the table ([`LearnedConfig::grid`]), if it has one.
+    pub fn patch_grid(&self) -> Option<&PatchGridConfig> {
+        self.grid.as_ref()
+    }
+
+    /// This table read as a patch grid: the same parameter, with the layout of
+    /// [`PatchGridConfig`] (a checkpoint's table loaded into a plain learned table).
+    ///
+    /// # Errors
+    ///
+    /// If the table's rows are not `prefix + trained patches`.
+    pub fn with_patch_grid(mut self, grid: PatchGridConfig) -> Result<Self, PositionError> {
+        grid.validate(self.max_len())?;
+        self.grid = Some(grid);
+        self.resize = Grown::default();
+        Ok(self)
+    }
+
+    /// The rows before the grid (a class token's, DeiT's distillation token's), never resized.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[prefix, d_position]` (`[0, d_position]` without a grid)
+    pub fn prefix_rows(&self) -> Tensor<2> {
+        let [_, d_position] = self.table.shape().dims();
+        let prefix = self.grid.as_ref().map_or(0, |g| g.prefix);
+        self.table.val().slice([0..prefix, 0..d_position])
+    }
+
+    /// The vectors of the patches of `target`, row-major: the trained grid's rows when
+    /// `target` is that grid, otherwise the trained grid resized to it
+    /// ([`GridResize`](super::GridResize): transformers' bicubic by default), on the device,
+    /// in f32, with gradients reaching the table. The resize matrices depend on the sizes
+    /// only: built once per target grid and kept on the device.
+    ///
+    /// transformers' families skip the resize when the patch count equals the trained one and
+    /// the image is square (in pixels); a port does that test itself, as it alone knows the
+    /// pixels.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[target.len(), d_position]`
+    ///
+    /// # Errors
+    ///
+    /// A table with no grid layout, a target with another number of axes, or a target whose
+    /// table would not fit the device.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::absolute::PatchGridConfig;
+    /// use burn_positional::{Grid, LearnedConfig};
+    ///
+    /// let device = Device::flex();
+    /// // ViT at 224 with 16-pixel patches: a class row and a 14 x 14 grid.
+    /// let table = LearnedConfig::new(1 + 14 * 14)
+    ///     .with_grid(Some(PatchGridConfig::new(vec![14, 14])))
+    ///     .init(32, &device);
+    /// // The same model on a 384 x 256 image: a 24 x 16 grid.
+    /// let patches = table.on_grid(&Grid::new([24, 16])).unwrap();
+    /// assert_eq!(patches.dims(), [24 * 16, 32]);
+    /// assert_eq!(table.prefix_rows().dims(), [1, 32]);
+    /// ```
+    pub fn on_grid(&self, target: &Grid) -> Result<Tensor<2>, PositionError> {
+        let Some(layout) = &self.grid else {
+            return Err(PositionError::InvalidConfig {
+                field: "LearnedConfig::grid",
+                value: "None".into(),
+                rule: "a table without a patch-grid layout has no rows and columns to resize",
+                fix: "build it with LearnedConfig::with_grid(Some(PatchGridConfig::new(trained \
+                      grid))), or call LearnedPosition::with_patch_grid"
+                    .into(),
+            });
+        };
+        let trained = layout.grid()?;
+        if target.axes() != trained.axes() {
+            return Err(PositionError::GridAxes {
+                scheme: format!("a learned table trained on a {trained} grid"),
+                expected: trained.axes(),
+                got: target.axes(),
+                fix: "give a grid with as many axes as the trained one",
+            });
+        }
+        let [max_len, d_position] = self.table.shape().dims();
+        let device = self.table.device();
+        check_resized_fits(&device, &trained, target, d_position)?;
+        let grid_rows = self
+            .table
+            .val()
+            .slice([layout.prefix..max_len, 0..d_position]);
+        if *target == trained {
+            return Ok(grid_rows);
+        }
+        let key = (
+            DeviceKey::new(&device, burn::tensor::DType::F32),
+            target.clone(),
+        );
+        let matrices = self.resize.with(&key, |slot| {
+            slot.get_or_insert_with(|| resize_matrices(&trained, target, &layout.resize, &device))
+                .clone()
+        });
+        Ok(resize_table(grid_rows, &trained, &matrices))
+    }
+
+    /// The position rows of an image `pixels = [height, width]` cut into patches
+    /// `patch = [rows, columns]` pixels each, as transformers' vision families
+    /// (`interpolate_pos_encoding` of ViT, DeiT, DINOv2, CLIP, SigLIP) return them: the prefix
+    /// rows, then the rows of the grid `[height / rows, width / columns]` (floor division:
+    /// pixels past the last whole patch are cut, as the patch convolution cuts them), resized
+    /// by [`on_grid`](Self::on_grid); the table unchanged when the image has the trained number
+    /// of patches and is square in pixels (their early return, kept to the letter: a
+    /// non-square image with the trained count is resized).
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[prefix + (height / rows) * (width / columns), d_position]`
+    ///
+    /// # Errors
+    ///
+    /// An image smaller than one patch, and what [`on_grid`](Self::on_grid) refuses.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::absolute::PatchGridConfig;
+    /// use burn_positional::LearnedConfig;
+    ///
+    /// let device = Device::flex();
+    /// let table = LearnedConfig::new(1 + 4 * 4)
+    ///     .with_grid(Some(PatchGridConfig::new(vec![4, 4])))
+    ///     .init(8, &device);
+    /// // 17 x 23 pixels in patches of 4: a 4 x 5 grid, after the class row.
+    /// assert_eq!(table.on_image([17, 23], [4, 4]).unwrap().dims(), [1 + 20, 8]);
+    /// let err = table.on_image([3, 16], [4, 4]).unwrap_err();
+    /// assert!(err.to_string().contains("axis 0 has size 0"));
+    /// ```
+    pub fn on_image(
+        &self,
+        pixels: [usize; 2],
+        patch: [usize; 2],
+    ) -> Result<Tensor<2>, PositionError> {
+        let [height, width] = pixels;
+        let grid = Grid::try_new([height / patch[0].max(1), width / patch[1].max(1)])?;
+        let trained_len = self
+            .grid
+            .as_ref()
+            .map(|g| g.trained.iter().product::<usize>());
+        if Some(grid.len()) == trained_len && height == width {
+            return Ok(self.table.val());
+        }
+        let rows = self.on_grid(&grid)?;
+        Ok(Tensor::cat(vec![self.prefix_rows(), rows], 0))
+    }
+}
+
+/// Refuses a target grid whose resized table would not fit the device, naming the largest axis
+/// and the most patches it could have beside the others.
+fn check_resized_fits(
+    device: &Device,
+    trained: &Grid,
+    target: &Grid,
+    d_position: usize,
+) -> Result<(), PositionError> {
+    let most_rows = crate::limits::device_rows(device, d_position, 4)
+        .unwrap_or(usize::MAX)
+        .min(crate::limits::MAX_TABLE_VALUES / d_position.max(1));
+    if target.len() <= most_rows {
+        return Ok(());
+    }
+    let (axis, &size) = target
+        .sizes()
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, s)| **s)
+        .expect("a grid has an axis");
+    let others = target.len() / size;
+    Err(PositionError::GridTooLarge {
+        axis,
+        size,
+        trained: trained.sizes()[axis],
+        limit: most_rows / others.max(1),
+    })
 }

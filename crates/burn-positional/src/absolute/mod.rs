@@ -15,13 +15,16 @@ use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::tensor::{DType, Device, Int, Tensor};
 use burn_positional_kernels::FusedEmbeddingError;
 
+mod grid;
 mod learned;
 mod sinusoidal;
+
+pub use grid::{GridResize, PatchGridConfig, ResizeMode, resize_weights, sincos_grid_rows};
 
 pub use learned::{LearnedConfig, LearnedInit, LearnedPosition};
 pub use sinusoidal::{SinusoidalConfig, SinusoidalPosition, sinusoid_frequencies, sinusoid_rows};
 
-use crate::{PositionError, Positions};
+use crate::{Grid, PositionError, Positions};
 
 /// Which absolute position scheme an embedding uses.
 #[derive(Config, Debug, PartialEq)]
@@ -231,6 +234,37 @@ impl AbsolutePosition {
         let seq = positions.len();
         self.check_window(positions.start, seq)?;
         Ok(self.rows(positions.start, seq))
+    }
+
+    /// The position vectors of a grid's tokens, row-major (`None` for the `None` scheme):
+    /// MAE's 2D sin-cos for the sinusoidal scheme
+    /// ([`SinusoidalPosition::on_grid`]), the trained grid resized to `grid` for a learned
+    /// patch grid ([`LearnedPosition::on_grid`]).
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[grid.len(), d_position]`
+    ///
+    /// # Errors
+    ///
+    /// What the scheme refuses: a learned table without a patch-grid layout, a grid with
+    /// another number of axes, a width MAE's table cannot split.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::{AbsolutePositionConfig, Grid, SinusoidalConfig};
+    ///
+    /// let device = Device::flex();
+    /// let scheme = AbsolutePositionConfig::from(SinusoidalConfig::new()).init(32, &device);
+    /// let patches = scheme.on_grid(&Grid::new([7, 7])).unwrap().unwrap();
+    /// assert_eq!(patches.dims(), [49, 32]);
+    /// ```
+    pub fn on_grid(&self, grid: &Grid) -> Result<Option<Tensor<2>>, PositionError> {
+        Ok(match self {
+            Self::None(_) => None,
+            Self::Sinusoidal(table) => Some(table.on_grid(grid)?),
+            Self::Learned(table) => Some(table.on_grid(grid)?),
+        })
     }
 
     /// Refuses positions the scheme has no vector for. `max_position` is the largest one asked.

@@ -23,6 +23,7 @@ use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use crate::cache::{DeviceKey, Grown};
 use crate::limits::{GROWN_TABLE_VALUES, device_fits, device_rows, float_bytes, table_fits};
 use crate::{PositionError, Positions};
+use burn_positional_kernels::Grid;
 
 /// Configuration of the sinusoidal scheme. Its width comes from the embedding it belongs to.
 #[derive(Config, Debug, PartialEq)]
@@ -89,6 +90,9 @@ pub struct SinusoidalPosition {
     /// Not saved: it is recomputed from the formula.
     #[module(skip)]
     grown: Grown<Tensor<2>>,
+    /// MAE's 2D table of the last grid asked for, kept on the device.
+    #[module(skip)]
+    grid_rows: Grown<Tensor<2>, (DeviceKey, Grid)>,
 }
 
 impl ModuleDisplay for SinusoidalPosition {
@@ -193,6 +197,7 @@ impl SinusoidalConfig {
             base: self.base,
             max_len: self.limit(d_position, device),
             grown: Grown::default(),
+            grid_rows: Grown::default(),
         })
     }
 
@@ -307,6 +312,8 @@ impl SinusoidalPosition {
         let len = match positions {
             Positions::Offset(offset) => offset + seq,
             Positions::Explicit(_) => explicit_rows.unwrap_or_else(|| self.unread_rows(seq)),
+            // The embedding keeps one-axis positions only (`Positions::on_sequence`).
+            Positions::Grid(_) | Positions::Axes(_) => unreachable!("positions on a grid"),
         };
         let table = self.table(len, dtype);
         match positions {
@@ -315,6 +322,66 @@ impl SinusoidalPosition {
             }
             _ => table,
         }
+    }
+
+    /// The vectors of a grid's tokens, row-major: MAE's 2D sin-cos
+    /// ([`sincos_grid_rows`](super::sincos_grid_rows): half the width for the column, half for
+    /// the row) with this table's base, in f64 rounded once, built once per grid and kept on the
+    /// device. A 1-axis grid gets MAE's 1D layout. MAE's class token takes a row of zeros
+    /// (`add_cls_token`), which is the caller's to prepend.
+    ///
+    /// # Shapes
+    ///
+    /// - output: `[grid.len(), d_position]`
+    ///
+    /// # Errors
+    ///
+    /// A grid of 3 axes (no family defines a 3D sin-cos), or a width not divisible by 4 (by 2
+    /// for one axis).
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::{Grid, SinusoidalConfig};
+    ///
+    /// let device = Device::flex();
+    /// let table = SinusoidalConfig::new().init(16, &device);
+    /// assert_eq!(table.on_grid(&Grid::new([4, 6])).unwrap().dims(), [24, 16]);
+    /// assert!(table.on_grid(&Grid::new([2, 2, 2])).is_err());
+    /// ```
+    pub fn on_grid(&self, grid: &Grid) -> Result<Tensor<2>, PositionError> {
+        let axes = grid.axes();
+        if axes > 2 {
+            return Err(PositionError::GridAxes {
+                scheme: "the 2D sin-cos table (MAE)".into(),
+                expected: 2,
+                got: axes,
+                fix: "give a grid of rows and columns (or one axis); for video, a learned grid \
+                      or an axial rope",
+            });
+        }
+        if self.d_position % (2 * axes) != 0 {
+            return Err(PositionError::InvalidConfig {
+                field: "d_position",
+                value: self.d_position.to_string(),
+                rule: "MAE's sin-cos gives each axis half the width, each half sines and cosines",
+                fix: format!("choose a width divisible by {}", 2 * axes),
+            });
+        }
+        let device = self.cache.device();
+        let dtype = self.cache.dtype();
+        let key = (DeviceKey::new(&device, dtype), grid.clone());
+        Ok(self.grid_rows.with(&key, |slot| {
+            slot.get_or_insert_with(|| {
+                crate::cache::count_host_table();
+                let rows = super::sincos_grid_rows(grid, self.d_position, self.base);
+                Tensor::<2>::from_data(
+                    TensorData::new(rows, [grid.len(), self.d_position]),
+                    &device,
+                )
+                .cast(dtype)
+            })
+            .clone()
+        }))
     }
 
     /// The wavelength base.

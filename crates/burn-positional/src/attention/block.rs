@@ -253,6 +253,7 @@ impl SelfAttention {
             score_bias,
             positions,
             segments,
+            rotary,
         } = input;
         let [batch, seq, d_model] = x.dims();
         assert_eq!(
@@ -266,6 +267,16 @@ impl SelfAttention {
         if let Some(cache) = &cache {
             cache.check_owner(self.id, batch);
         }
+        assert!(
+            cache.is_none() || rotary.is_none(),
+            "rotary positions on a grid are for whole sequences, not for decoding with a KvCache. \
+             Fix: run the grid's tokens with `forward_input`"
+        );
+        assert!(
+            positions.is_none() || rotary.is_none(),
+            "give one kind of positions: per-token positions (`positions`) or grid positions for \
+             the rope (`rotary_at`)"
+        );
         assert!(
             cache.is_none() || (positions.is_none() && segments.is_none()),
             "explicit positions and segment ids are for whole (packed) sequences, not for \
@@ -325,6 +336,7 @@ impl SelfAttention {
         let packed = Packed {
             positions,
             segments,
+            rotary,
         };
         let (attended, weights) =
             self.attend(normed, cache, offset, key_padding, score_bias, packed, path);
@@ -367,12 +379,20 @@ impl SelfAttention {
                 .as_ref()
                 .is_some_and(|rope| rope.scaling().is_length_dependent());
         if let Some(rope) = &self.rope {
-            match &packed.positions {
-                Some(positions) => {
+            match (&packed.positions, &packed.rotary) {
+                (_, Some(rotary)) => {
+                    let turn = |x| {
+                        rope.try_apply_positions(x, rotary.clone())
+                            .unwrap_or_else(|err| panic!("{err}"))
+                    };
+                    q = turn(q);
+                    k = turn(k);
+                }
+                (Some(positions), None) => {
                     q = rope.apply_at(q, positions.clone());
                     k = rope.apply_at(k, positions.clone());
                 }
-                None => {
+                (None, None) => {
                     q = rope.apply(q, offset);
                     if !rotate_after_cache {
                         k = rope.apply(k, offset);
@@ -548,4 +568,6 @@ impl SelfAttention {
 struct Packed {
     positions: Option<Tensor<2, Int>>,
     segments: Option<Tensor<2, Int>>,
+    /// Grid positions for the rope alone.
+    rotary: Option<crate::Positions>,
 }

@@ -2,6 +2,8 @@
 
 use burn::tensor::{Bool, Int, Tensor};
 
+use crate::Positions;
+
 /// The block's output and the attention weights that produced it.
 #[derive(Debug, Clone)]
 pub struct AttentionOutput {
@@ -40,6 +42,9 @@ pub struct AttentionInput {
     pub positions: Option<Tensor<2, Int>>,
     /// `[batch, seq]`: a document id per token; a token attends only within its document.
     pub segments: Option<Tensor<2, Int>>,
+    /// Where the block's rope places the tokens when they sit on a grid (image patches, a
+    /// video's frames, M-RoPE's mixed prompts); see [`rotary_at`](Self::rotary_at).
+    pub rotary: Option<Positions>,
 }
 
 impl AttentionInput {
@@ -51,6 +56,7 @@ impl AttentionInput {
             score_bias: None,
             positions: None,
             segments: None,
+            rotary: None,
         }
     }
 
@@ -90,6 +96,30 @@ impl AttentionInput {
     /// positions that do not start at 0.
     pub fn positions(mut self, positions: Tensor<2, Int>) -> Self {
         self.positions = Some(positions);
+        self
+    }
+
+    /// Rotary positions on a grid: the block's rope turns queries and keys at `positions`
+    /// ([`Rope::apply_positions`](crate::Rope::apply_positions): `Positions::Grid` for the
+    /// patches of an image in row-major order, `Positions::Axes` for M-RoPE's ids). Only the
+    /// rotation reads them: the causal mask, the window, ALiBi and T5's buckets keep measuring
+    /// along the sequence, where a distance has one axis (a 2D distance has no meaning for
+    /// them). Not with a [`KvCache`](crate::KvCache).
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::{AttentionInput, Grid, Positions, RopeAxes, RopeConfig, SelfAttentionConfig};
+    ///
+    /// let device = Device::flex();
+    /// // A vision block: axial 2D RoPE (rows on half the pairs, columns on the other half).
+    /// let rope = RopeConfig::new(8).with_axes(RopeAxes::Axial(2));
+    /// let block = SelfAttentionConfig::new(32, 4).with_rope(Some(rope)).init(&device);
+    /// let patches = Tensor::<3>::ones([2, 12, 32], &device); // a 3 x 4 grid of patches
+    /// let input = AttentionInput::new(patches).rotary_at(Positions::Grid(Grid::new([3, 4])));
+    /// assert_eq!(block.forward_input(input).dims(), [2, 12, 32]);
+    /// ```
+    pub fn rotary_at(mut self, positions: Positions) -> Self {
+        self.rotary = Some(positions);
         self
     }
 

@@ -470,6 +470,7 @@ impl EmbeddingWithPosition {
         if batch * seq == 0 {
             return Ok((self.empty_output(batch, seq), None));
         }
+        let positions = positions.on_sequence(seq)?;
         if let Positions::Offset(offset) = &positions {
             self.position.check_window(*offset, seq)?;
         }

@@ -38,12 +38,14 @@ impl EmbeddingWithPosition {
         positions: Positions,
     ) -> Result<Tensor<3>, PositionError> {
         let [batch, seq] = ids.dims();
+        let positions = positions.on_sequence(seq)?;
         let explicit = match &positions {
             Positions::Explicit(p) if p.dims() != [batch, seq] && p.dims() != [1, seq] => {
                 return Err(PositionError::positions_shape([batch, seq], p.dims()));
             }
             Positions::Explicit(p) => Some(p),
-            Positions::Offset(_) => None,
+            // `on_sequence` kept one-axis positions only.
+            _ => None,
         };
         if batch * seq == 0 {
             return Ok(self.empty_output(batch, seq));
@@ -75,6 +77,7 @@ impl EmbeddingWithPosition {
                 self.position.check(max)?;
                 self.position.gather(p, max.max(0) as usize)
             }
+            Positions::Grid(_) | Positions::Axes(_) => unreachable!("positions on a grid"),
         };
         Ok(self.dropout.forward(self.combine(tokens, position)))
     }

@@ -87,6 +87,26 @@ impl Rope {
         self.rotate_at(x, positions, self.scaling.regime(len))
     }
 
+    /// The inverse frequencies `[1, pairs]` (f32, as transformers holds them) and attention
+    /// factor of the frequency set `regime`, on the rope's device: uploaded once per set.
+    pub(super) fn device_frequencies(&self, regime: Regime) -> (Tensor<2>, f32) {
+        let device = self.cos.device();
+        let pairs = self.cos.dims()[1];
+        let key = (DeviceKey::new(&device, burn::tensor::DType::F32), regime);
+        self.frequencies.with(&key, |slot| {
+            slot.get_or_insert_with(|| {
+                let len = self.scaling.length_of(regime);
+                let (w, a) = self.frequencies(len);
+                let w: Vec<f32> = w.into_iter().map(|w| w as f32).collect();
+                (
+                    Tensor::from_data(TensorData::new(w, [1, pairs]), &device),
+                    a as f32,
+                )
+            })
+            .clone()
+        })
+    }
+
     /// Rotates `x` at `positions` with the frequency set `regime`: the precomputed tables'
     /// rows where they hold it (the trained set inside `cache_len`), computed on the device in
     /// f32 elsewhere.
@@ -106,21 +126,7 @@ impl Rope {
         );
         let [cache_len, pairs] = self.cos.dims();
         let flat = positions.reshape([n * seq]);
-        let device = self.cos.device();
-        let key = (DeviceKey::new(&device, burn::tensor::DType::F32), regime);
-        let (inv_freq, attention) = self.frequencies.with(&key, |slot| {
-            slot.get_or_insert_with(|| {
-                let len = self.scaling.length_of(regime);
-                let (w, a) =
-                    (self.scaling).frequencies(self.base, self.rotary_dims, len, self.arithmetic);
-                let w: Vec<f32> = w.into_iter().map(|w| w as f32).collect();
-                (
-                    Tensor::from_data(TensorData::new(w, [1, pairs]), &device),
-                    a as f32,
-                )
-            })
-            .clone()
-        });
+        let (inv_freq, attention) = self.device_frequencies(regime);
         let angles = flat.clone().clamp_min(0).float().reshape([n * seq, 1]) * inv_freq;
         let (cos, sin) = (
             angles.clone().cos().mul_scalar(attention),

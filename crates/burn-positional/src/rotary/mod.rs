@@ -73,10 +73,15 @@ use burn::module::{Content, DisplaySettings, Module, ModuleDisplay};
 use burn::tensor::{Device, Tensor, TensorData};
 
 mod at;
+mod axes;
+mod grid;
 pub mod hf_config;
+mod mrope;
 mod scaling;
 mod torch_pow;
 
+pub use axes::RopeAxes;
+pub use mrope::{Modality, MropeIndexConfig, MropePositions, mrope_positions};
 use scaling::Regime;
 pub use scaling::{
     DynamicScaling, Llama3Scaling, LongRopeScaling, ProportionalScaling, RopeArithmetic,
@@ -124,6 +129,10 @@ pub struct RopeConfig {
     /// [`from_hf_config`](Self::from_hf_config) picks).
     #[config(default = "RopeArithmetic::Exact")]
     pub arithmetic: RopeArithmetic,
+    /// Which axis of a position (frame, row, column) turns each pair: one axis for text (the
+    /// default), M-RoPE sections or an axial layout for images and video ([`RopeAxes`]).
+    #[config(default = "RopeAxes::Sequence")]
+    pub axes: RopeAxes,
 }
 
 /// Rotary position embedding for queries and keys. Built by [`RopeConfig::init`]; constant.
@@ -162,6 +171,17 @@ pub struct Rope {
     /// How the angle tables are rounded.
     #[module(skip)]
     arithmetic: RopeArithmetic,
+    /// How the pairs are dealt to the axes of a position.
+    #[module(skip)]
+    axes: RopeAxes,
+    /// The angles of the last grid asked for (`cos`, `sin`, `[grid.len(), pairs]`), computed
+    /// on the host once per grid and kept on the device.
+    #[module(skip)]
+    grid_angles: Grown<(Tensor<2>, Tensor<2>), (DeviceKey, burn_positional_kernels::Grid)>,
+    /// The axis of each pair, `[pairs]`, for angles computed on the device from explicit
+    /// positions on several axes.
+    #[module(skip)]
+    pair_axes: Grown<Tensor<1, burn::tensor::Int>>,
     /// Angles past `cache_len`, and the tables of the other frequency sets of a
     /// length-dependent scaling, grown on demand and shared by clones.
     #[module(skip)]
@@ -191,6 +211,7 @@ impl ModuleDisplay for Rope {
             .add("base", &self.base)
             .add("layout", &format!("{:?}", self.layout))
             .add("scaling", &self.scaling.rope_type().to_string())
+            .add("axes", &self.axes.name())
             .add("cache_len", &cache_len)
             .optional()
     }
@@ -234,6 +255,25 @@ fn angle_rows(
     (cos, sin)
 }
 
+/// The inverse frequency of each pair (dealt to the axes as `axes` says) and the attention
+/// factor of a sequence of length `len`: the one place the rotary code asks the scaling.
+fn pair_frequencies(
+    scaling: &RopeScaling,
+    axes: &RopeAxes,
+    base: f64,
+    rotary_dims: usize,
+    len: usize,
+    arithmetic: RopeArithmetic,
+) -> (Vec<f64>, f64) {
+    let mut attention = 1.0;
+    let inv_freq = axes.pair_frequencies(rotary_dims, |width| {
+        let (inv_freq, factor) = scaling.frequencies(base, width, len, arithmetic);
+        attention = factor;
+        inv_freq
+    });
+    (inv_freq, attention)
+}
+
 impl RopeConfig {
     /// The formula width of the rotation: `rotary_dims`, or `d_head` when it is `None` or the
     /// scaling is [`RopeScaling::Proportional`] (which pairs over the whole head).
@@ -268,6 +308,7 @@ impl RopeConfig {
         table_fits("RopeConfig::cache_len", self.cache_len, width, || {
             "lower it to the longest context the model serves".into()
         })?;
+        self.axes.validate(rotary_dims, width / 2, &self.scaling)?;
         self.scaling.validate(rotary_dims)
     }
 
@@ -287,9 +328,14 @@ impl RopeConfig {
     pub fn try_init(&self, device: &Device) -> Result<Rope, PositionError> {
         self.validate()?;
         let rotary_dims = self.formula_dims();
-        let (inv_freq, attention) =
-            self.scaling
-                .frequencies(self.base, rotary_dims, 0, self.arithmetic);
+        let (inv_freq, attention) = pair_frequencies(
+            &self.scaling,
+            &self.axes,
+            self.base,
+            rotary_dims,
+            0,
+            self.arithmetic,
+        );
         let (cos, sin) = angle_rows(
             0..self.cache_len as u64,
             &inv_freq,
@@ -306,6 +352,9 @@ impl RopeConfig {
             layout: self.layout,
             scaling: self.scaling.clone(),
             arithmetic: self.arithmetic,
+            axes: self.axes.clone(),
+            grid_angles: Grown::default(),
+            pair_axes: Grown::default(),
             grown: Grown::default(),
             positions: Grown::default(),
             frequencies: Grown::default(),
@@ -324,7 +373,26 @@ impl Rope {
             cache_len: self.cos.dims()[0],
             scaling: self.scaling.clone(),
             arithmetic: self.arithmetic,
+            axes: self.axes.clone(),
         }
+    }
+
+    /// How the pairs are dealt to the axes of a position.
+    pub fn axes(&self) -> &RopeAxes {
+        &self.axes
+    }
+
+    /// The inverse frequencies and attention factor of a sequence of length `len`, one per
+    /// pair as [`RopeAxes`] deals them.
+    fn frequencies(&self, len: usize) -> (Vec<f64>, f64) {
+        pair_frequencies(
+            &self.scaling,
+            &self.axes,
+            self.base,
+            self.rotary_dims,
+            len,
+            self.arithmetic,
+        )
     }
 
     /// Width of one head.
@@ -375,17 +443,13 @@ impl Rope {
     /// `max_position_embeddings` and [`RopeScaling::LongRope`] past
     /// `original_max_position_embeddings`.
     pub fn inv_freq_at(&self, len: usize) -> Vec<f64> {
-        self.scaling
-            .frequencies(self.base, self.rotary_dims, len, self.arithmetic)
-            .0
+        self.frequencies(len).0
     }
 
     /// The factor cos and sin are multiplied by (transformers' `attention_scaling`): 1 except
     /// for `yarn` and `longrope`.
     pub fn attention_factor(&self) -> f64 {
-        self.scaling
-            .frequencies(self.base, self.rotary_dims, 0, self.arithmetic)
-            .1
+        self.frequencies(0).1
     }
 
     /// This rope with another context extension, its tables rebuilt on the same device: the
@@ -441,12 +505,7 @@ impl Rope {
         }
         // The frequencies are computed only when a table is built, not on every call.
         let upload = |range: std::ops::Range<usize>| {
-            let (inv_freq, attention) = self.scaling.frequencies(
-                self.base,
-                self.rotary_dims,
-                self.scaling.length_of(regime),
-                self.arithmetic,
-            );
+            let (inv_freq, attention) = self.frequencies(self.scaling.length_of(regime));
             let (cos, sin) = angle_rows(
                 range.start as u64..range.end as u64,
                 &inv_freq,
@@ -508,9 +567,7 @@ impl Rope {
         len: usize,
         device: &Device,
     ) -> (Tensor<2>, Tensor<2>) {
-        let (inv_freq, attention) =
-            self.scaling
-                .frequencies(self.base, self.rotary_dims, len, self.arithmetic);
+        let (inv_freq, attention) = self.frequencies(len);
         let pairs = inv_freq.len();
         // transformers holds `inv_freq` in f32 (rounded already for `Transformers`).
         let inv_freq: Vec<f32> = inv_freq.into_iter().map(|w| w as f32).collect();

@@ -82,6 +82,7 @@ fn describe(config: &EmbeddingWithPositionConfig, positions: &Positions) -> Stri
     let at = match positions {
         Positions::Offset(k) => format!("offset {k}"),
         Positions::Explicit(_) => "explicit positions".into(),
+        other => format!("{other:?}"),
     };
     format!(
         "{:?}, {:?}, scale {}, padding {:?}, {at}",

@@ -7,6 +7,7 @@
 use serde_json::{Map, Value};
 
 use super::{Fields, HfConfigError, rotation, sizes};
+use crate::rotary::RopeAxes;
 
 /// The layer types of models with one rope per attention kind.
 pub(super) const ATTENTION_KINDS: [&str; 2] = ["full_attention", "sliding_attention"];
@@ -378,4 +379,50 @@ pub(super) fn layout(model_type: &str) -> Result<Pairs, HfConfigError> {
         .iter()
         .find(|(name, _)| *name == model_type)
         .map_or(Pairs::Halves, |&(_, partial)| Pairs::Adjacent { partial }))
+}
+
+/// The axes of the multimodal Qwen text models' rotation, from `mrope_section` (each
+/// `Qwen*VLTextRotaryEmbedding.__init__`: `config.rope_parameters.get("mrope_section", default)`):
+/// contiguous sections for Qwen2-VL and Qwen2.5-VL (default `[16, 24, 24]`), interleaved for
+/// Qwen3-VL (default `[24, 20, 20]`). Any other model type with an `mrope_section` is refused:
+/// its modeling code is not one this reader follows.
+pub(super) fn mrope_axes(rope: &Fields, model_type: &str) -> Result<RopeAxes, HfConfigError> {
+    let sections = match rope.list("mrope_section")? {
+        Some(list) => {
+            let whole: Option<Vec<usize>> = list
+                .iter()
+                .map(|&v| (v >= 0.0 && v.fract() == 0.0).then_some(v as usize))
+                .collect();
+            Some(whole.ok_or_else(|| {
+                refused(
+                    &rope.name("mrope_section"),
+                    format!("{list:?}"),
+                    "M-RoPE sections are whole numbers of rotary pairs",
+                    "use the checkpoint's sections, such as [16, 24, 24]",
+                )
+            })?)
+        }
+        None => None,
+    };
+    let family = model_type.trim_end_matches("_text");
+    Ok(match family {
+        "qwen2_vl" | "qwen2_5_vl" => RopeAxes::MRope(sections.unwrap_or(vec![16, 24, 24])),
+        "qwen3_vl" | "qwen3_vl_moe" => {
+            RopeAxes::MRopeInterleaved(sections.unwrap_or(vec![24, 20, 20]))
+        }
+        _ if sections.is_some() => {
+            return Err(refused(
+                &rope.name("mrope_section"),
+                format!(
+                    "{:?} (model_type \"{model_type}\")",
+                    sections.unwrap_or_default()
+                ),
+                "M-RoPE sections are read for qwen2_vl, qwen2_5_vl and qwen3_vl, whose modeling \
+                 code this reader follows",
+                "read this model's rotation by its own code, or set model_type to the family \
+                 it comes from",
+            ));
+        }
+        _ => RopeAxes::Sequence,
+    })
 }

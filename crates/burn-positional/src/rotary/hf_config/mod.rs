@@ -50,7 +50,7 @@ use serde_json::{Map, Value};
 
 use crate::PositionError;
 use crate::rotary::{
-    DynamicScaling, Llama3Scaling, LongRopeScaling, ProportionalScaling, RopeArithmetic,
+    DynamicScaling, Llama3Scaling, LongRopeScaling, ProportionalScaling, RopeArithmetic, RopeAxes,
     RopeConfig, RopeLayout, RopeScaling, YarnScaling,
 };
 
@@ -378,6 +378,13 @@ fn read_layer(
         "phi3" => families::phi3_rope_type(&rope, rope_type_key, rope_type)?,
         _ => rope_type,
     };
+    // Qwen2-VL's and Qwen2.5-VL's config classes read the older `"mrope"` as `"default"`; the
+    // sections go to the rope's axes.
+    let axes = families::mrope_axes(&rope, model_type)?;
+    let rope_type = match (rope_type, &axes) {
+        ("mrope", RopeAxes::MRope(_)) => "default",
+        (other, _) => other,
+    };
     if let (true, Some(layer)) = (model_type.starts_with("gemma4"), layer_type) {
         let full = match params_of_full.and_then(|m| m.get("rope_type").or(m.get("type"))) {
             Some(Value::String(s)) => s.as_str(),
@@ -598,7 +605,8 @@ fn read_layer(
         .with_layout(layout)
         .with_cache_len(max_positions.unwrap_or(HF_CACHE_LEN).clamp(1, HF_CACHE_LEN))
         .with_scaling(scaling)
-        .with_arithmetic(RopeArithmetic::Transformers);
+        .with_arithmetic(RopeArithmetic::Transformers)
+        .with_axes(axes);
     config.validate()?;
     Ok(config)
 }
