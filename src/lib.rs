@@ -1,6 +1,9 @@
 //! The dog-bites-man demo of `burn-positional` (its measurements in [`dog_bites_man`], printed by
-//! `examples/dog_bites_man.rs` and checked by the top-level `tests/dog_bites_man.rs`) and what
-//! the other examples, benches and tests share: choosing a device by name ([`device`]), every
+//! `examples/dog_bites_man.rs` and checked by the top-level `tests/dog_bites_man.rs`), its
+//! picture version (measurements in [`pictures`], printed by
+//! `examples/dog_bites_man_pictures.rs`, checked by `tests/dog_bites_man_pictures.rs`; the task
+//! is [`red_left_of_blue`], the model a tiny [`vit`]) and what the other examples, benches and
+//! tests share: choosing a device by name ([`device`]), every
 //! scheme by name ([`schemes`]), a task only order can solve ([`who_bites_whom`]) and a tiny
 //! model for it ([`classifier`]), the body every example model shares ([`encoder`]), and a
 //! seeded generator ([`rng`]). Not published.
@@ -13,8 +16,11 @@ pub mod classifier;
 pub mod device;
 pub mod dog_bites_man;
 pub mod encoder;
+pub mod pictures;
+pub mod red_left_of_blue;
 pub mod rng;
 pub mod schemes;
+pub mod vit;
 pub mod who_bites_whom;
 
 // The library's items, for the modules above (`crate::EmbeddingWithPosition`, ...).
@@ -46,6 +52,8 @@ pub mod guide {
     pub struct Layout;
     #[doc = include_str!("../docs/hf-rope.md")]
     pub struct HfRope;
+    #[doc = include_str!("../docs/images.md")]
+    pub struct Images;
 }
 
 /// The guide's page on pretrained weights, doc-tested with the `pretrained` feature
@@ -60,4 +68,5 @@ const _: () = {
     const fn shared<T: Send + Sync + Clone + 'static>() {}
     shared::<classifier::SequenceClassifier>();
     shared::<encoder::Encoder>();
+    shared::<vit::Vit>();
 };

@@ -317,9 +317,9 @@ pub enum PositionError {
 
     /// A grid axis larger than a table can be resized to.
     #[error(
-        "grid axis {axis} has {size} patches, past {limit}, the most a resized position table \
-         takes (one resize matrix of {size} x {trained} values per axis). Fix: use a smaller \
-         image, or a larger patch size"
+        "grid axis {axis} has {size} patches (trained on {trained}), past {limit}, the most it \
+         can have beside the other axes for the resized position table to fit the device. Fix: \
+         use a smaller image, or a larger patch size"
     )]
     GridTooLarge {
         /// The axis.

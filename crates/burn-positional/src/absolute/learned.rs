@@ -378,6 +378,7 @@ fn check_resized_fits(
         .sizes()
         .iter()
         .enumerate()
+        .rev()
         .max_by_key(|(_, s)| **s)
         .expect("a grid has an axis");
     let others = target.len() / size;

@@ -7,6 +7,10 @@
 //! | [`Sinusoidal`](AbsolutePositionConfig::Sinusoidal) | Vaswani et al. 2017 | computed | up to a bounded `max_len`, f64-accurate; past it a clear error |
 //! | [`Learned`](AbsolutePositionConfig::Learned) | BERT, GPT | trained `[max_len, d]` | a clear error |
 //!
+//! On a grid of patches (images, video), [`AbsolutePosition::on_grid`] gives each patch its
+//! vector: MAE's 2D sin-cos for the sinusoidal scheme, the trained grid resized as PyTorch's
+//! `interpolate` resizes it for a learned patch grid ([`PatchGridConfig`]); see `grid.rs`.
+//!
 //! Schemes that act on attention rather than on the embedding live in [`rotary`](crate::rotary)
 //! and [`score_bias`](crate::score_bias); for them the embedding's scheme is `None`.
 

@@ -49,6 +49,16 @@
 //! tables are constants, so a trained model takes it at test time through [`Rope::rescaled`];
 //! [`RopeConfig::from_hf_config`] reads it from a checkpoint's `config.json`.
 //!
+//! # Positions on grids
+//!
+//! Image patches and video frames sit on a grid of 2 or 3 axes. [`RopeAxes`] deals the pairs to
+//! the axes (axial 2D as Qwen2-VL's vision encoder and Pixtral, M-RoPE's sections as Qwen2-VL's
+//! text model, Qwen3-VL's interleaving), and [`Rope::apply_positions`] takes any
+//! [`Positions`](crate::Positions): a `Grid` (angles built once per grid, kept on the device) or
+//! explicit `Axes` (angles on the device, in f32). The rotation itself is the same fused pass as
+//! text's. [`mrope_positions`] builds M-RoPE's ids for a prompt of text, images and video, as
+//! transformers' `get_rope_index` does.
+//!
 //! # Length-dependent variants and cached decoding
 //!
 //! `Dynamic` and `LongRope` pick their frequencies from the length of the sequence being

@@ -53,6 +53,11 @@ pub struct MropeIndexConfig {
     /// `second_per_grid_t`. `None` for Qwen2-VL, whose frames are spaced by 1.
     #[config(default = "None")]
     pub tokens_per_second: Option<f64>,
+    /// Qwen3-VL: each video is cut into its frames first (`repeat_interleave` of
+    /// `video_grid_thw` by `t`, then `t = 1`), as its processor separates frames by timestamp
+    /// tokens: each frame is a run of its own. False by default (Qwen2-VL, Qwen2.5-VL).
+    #[config(default = false)]
+    pub split_video_frames: bool,
 }
 
 /// The position ids of a batch, `[batch, seq, 3]` row-major (frame, row, column), and each
@@ -124,6 +129,20 @@ pub fn mrope_positions(
     let merge = config.spatial_merge_size.max(1) as i64;
     let mut ids = vec![0i64; batch * seq * 3];
     let mut deltas = Vec::with_capacity(batch);
+    // Every grid checked first: a size of 0 or below is named, never wrapped or dropped.
+    for grid in image_grids.iter().chain(video_grids) {
+        Grid::from_signed(grid)?;
+    }
+    let frames: Vec<[i64; 3]>;
+    let video_grids = if config.split_video_frames {
+        frames = video_grids
+            .iter()
+            .flat_map(|&[t, h, w]| std::iter::repeat_n([1, h, w], t.max(0) as usize))
+            .collect();
+        &frames[..]
+    } else {
+        video_grids
+    };
     let (mut images, mut videos, mut seconds) = (
         image_grids.iter(),
         video_grids.iter(),
@@ -197,7 +216,6 @@ pub fn mrope_positions(
                             fix: "give one grid per image or video in the prompt, in order".into(),
                         });
                     };
-                    Grid::from_signed(&[t, h, w])?;
                     let (gt, gh, gw) = (t, h / merge, w / merge);
                     let tokens = (gt * gh * gw) as usize;
                     if tokens != run {

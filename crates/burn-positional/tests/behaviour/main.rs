@@ -71,3 +71,4 @@ mod records;
 mod shared_state;
 mod sinusoidal;
 mod tiled_attention;
+mod vision;

@@ -364,3 +364,42 @@ fn numbers_outside_their_range_are_refused_by_field() {
     );
     assert!(RopeConfig::from_hf_config(&zero_beta).is_ok());
 }
+
+/// The multimodal Qwen text models' sections, as their rotary modules read them: Qwen2-VL's
+/// older `"type": "mrope"` is `"default"` with sections, Qwen3-VL interleaves, a missing
+/// `mrope_section` takes the class's default, and another model type's sections are refused.
+#[test]
+fn mrope_sections_become_the_axes() {
+    let read = |json: &str| RopeConfig::from_hf_config(json).unwrap();
+    let qwen2 = read(&format!(
+        r#"{{{HEADS}, "model_type": "qwen2_vl",
+            "rope_scaling": {{"type": "mrope", "mrope_section": [2, 3, 3]}}}}"#
+    ));
+    assert_eq!(qwen2.axes, RopeAxes::MRope(vec![2, 3, 3]));
+    assert_eq!(qwen2.scaling, RopeScaling::None);
+    let nested = read(
+        r#"{"model_type": "qwen2_5_vl", "text_config": {"model_type": "qwen2_5_vl_text",
+            "hidden_size": 1024, "num_attention_heads": 8,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}}"#,
+    );
+    assert_eq!(nested.axes, RopeAxes::MRope(vec![16, 24, 24]));
+    let qwen3 = read(&format!(
+        r#"{{{HEADS}, "model_type": "qwen3_vl_text",
+            "rope_parameters": {{"rope_type": "default", "mrope_section": [4, 2, 2],
+            "mrope_interleaved": true}}}}"#
+    ));
+    assert_eq!(qwen3.axes, RopeAxes::MRopeInterleaved(vec![4, 2, 2]));
+    let message = error(&format!(
+        r#"{{{HEADS}, "model_type": "llama", "rope_parameters": {{"mrope_section": [2, 3, 3]}}}}"#
+    ));
+    assert!(
+        message.contains("rope_parameters.mrope_section"),
+        "{message}"
+    );
+    assert!(message.contains("qwen2_vl"), "{message}");
+    let message = error(&format!(
+        r#"{{{HEADS}, "model_type": "qwen2_vl",
+            "rope_scaling": {{"type": "mrope", "mrope_section": [2, 3, 2]}}}}"#
+    ));
+    assert!(message.contains("sum to 8"), "{message}");
+}
