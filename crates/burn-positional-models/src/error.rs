@@ -77,6 +77,34 @@ pub enum ModelError {
         /// burn's message.
         detail: String,
     },
+    /// A `config.json` setting transformers accepts that a port does not take (DINOv2's
+    /// SwiGLU feed-forward, a patch grid that is not square).
+    #[error("{path}: `{field}` = {value}: {reason}. Fix: {fix}")]
+    UnportedSetting {
+        /// The file.
+        path: String,
+        /// The field, as transformers names it.
+        field: &'static str,
+        /// The value found.
+        value: String,
+        /// Why the port does not take it.
+        reason: String,
+        /// What to do.
+        fix: String,
+    },
+    /// Images a vision port cannot read (another number of channels than the model's, an image
+    /// smaller than one patch), refused by their shape before anything runs.
+    #[error(
+        "pixel_values of shape {shape:?} ([batch, channels, height, width]): {problem}. Fix: {fix}"
+    )]
+    PixelValues {
+        /// The shape given.
+        shape: [usize; 4],
+        /// What does not fit, with the value and the limit.
+        problem: String,
+        /// What to do.
+        fix: String,
+    },
     /// A token type id (BERT's `token_type_ids`) outside the model's table.
     #[error(
         "token type id {id} at [batch {}, index {}] is outside 0..{type_vocab_size} (type_vocab_size in config.json). Fix: use segment ids the model was trained with (0 and 1 for BERT), as its tokenizer writes them",

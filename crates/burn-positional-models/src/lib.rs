@@ -1,7 +1,10 @@
-//! Hugging Face model ports on burn-positional: eight families built from a checkpoint's
-//! `config.json`, loaded from its `model.safetensors` with burn's own store, the layer doing
-//! everything positional (learned tables, rotary variants read from `config.json`, ALiBi, T5's
-//! buckets, the attention entry point, the key-value cache) and plain burn the rest.
+//! Hugging Face model ports on burn-positional: eight text families and two vision families
+//! built from a checkpoint's `config.json`, loaded from its `model.safetensors` with burn's own
+//! store, the layer doing everything positional (learned tables, patch-grid tables resized to
+//! the image, rotary variants read from `config.json`, ALiBi, T5's buckets, the attention entry
+//! point, the key-value cache) and plain burn the rest.
+//!
+//! # Text
 //!
 //! | `model_type` | port | positions |
 //! | --- | --- | --- |
@@ -14,8 +17,19 @@
 //! | `bloom` | [`bloom`] | ALiBi with left padding |
 //! | `mistral` | [`mistral`] | rotary with a sliding window |
 //!
-//! Every port's logits and greedy tokens equal transformers' on the committed fixtures
-//! (`tests/families/`, fixtures from `tools/model_fixtures.py`).
+//! # Vision
+//!
+//! Image classifiers: `pixel_values` `[batch, channels, height, width]` of any size of at least
+//! one patch in, logits out, each loaded by its family's `load`.
+//!
+//! | `model_type` | port | positions |
+//! | --- | --- | --- |
+//! | `vit` | [`vit`] | learned patch grid resized to the image (always `interpolate_pos_encoding=True`) |
+//! | `dinov2` | [`dinov2`] | learned patch grid resized to the image in f32, layer scale |
+//!
+//! Every port's logits (and greedy tokens, for the text families) equal transformers' on the
+//! committed fixtures (`tests/families/`, fixtures from `tools/model_fixtures.py` and, for the
+//! vision families, `tools/vision_fixtures.py`).
 
 #![warn(missing_docs)]
 
@@ -23,6 +37,7 @@ pub mod bert;
 pub mod bloom;
 mod checkpoint;
 pub mod decoder;
+pub mod dinov2;
 mod error;
 pub mod generate;
 pub mod generation_config;
@@ -35,6 +50,8 @@ pub mod sampling;
 pub mod t5;
 #[cfg(feature = "tokenizers")]
 pub mod text;
+pub mod vision;
+pub mod vit;
 
 pub use checkpoint::{Checkpoint, ComputeDtype, Remap, dtype_name, parse_dtype};
 pub use error::{GenerateError, ModelError};
@@ -47,9 +64,10 @@ pub use generation_config::{GenerationConfig, TokenIds};
 use burn::tensor::{Device, Tensor};
 use burn_positional::KvCache;
 
-/// The `model_type`s with a port.
-pub const SUPPORTED: [&str; 8] = [
-    "gpt2", "bert", "t5", "llama", "qwen2", "phi3", "bloom", "mistral",
+/// The `model_type`s with a port, text and vision (each loaded by its family's `load`; the
+/// decoder-only ones also by [`load_causal_lm`]).
+pub const SUPPORTED: [&str; 10] = [
+    "gpt2", "bert", "t5", "llama", "qwen2", "phi3", "bloom", "mistral", "vit", "dinov2",
 ];
 
 /// A decoder-only model of any supported family, for code that takes whatever the folder
@@ -132,8 +150,9 @@ pub fn load_causal_lm(
 ///
 /// # Errors
 ///
-/// [`ModelError::Unsupported`] for another `model_type` (T5 and BERT included: see
-/// [`t5::load`], [`bert::load`]), and whatever loading the family gives.
+/// [`ModelError::Unsupported`] for another `model_type` (T5, BERT and the vision families
+/// included: see [`t5::load`], [`bert::load`], [`vit::load`], [`dinov2::load`]), and whatever
+/// loading the family gives.
 pub fn load_checkpoint(
     checkpoint: &Checkpoint,
     device: &Device,
@@ -151,7 +170,8 @@ pub fn load_checkpoint(
                 model_type,
                 path: checkpoint.config_path.display().to_string(),
                 supported: "gpt2, llama, qwen2, phi3, bloom, mistral (decoder-only; t5 through \
-                            t5::load and t5::generate, bert through bert::load)"
+                            t5::load and t5::generate, bert through bert::load, vit and dinov2 \
+                            through vit::load and dinov2::load)"
                     .into(),
             });
         }

@@ -55,3 +55,4 @@ mod sampling;
 mod sharded;
 mod t5;
 mod text;
+mod vision;
