@@ -209,16 +209,10 @@ pub(crate) fn load_position(
         },
     };
     checkpoint.load(&mut file, &[(key, "position.table")], device)?;
-    // Out of the graph before the squeeze (on an autodiff device a squeezed parameter is no
-    // leaf, and only a leaf can become a parameter): the squeezed table is the new leaf.
-    let table = file
-        .position
-        .table
-        .val()
-        .detach()
-        .set_require_grad(false)
-        .squeeze_dim::<2>(0);
-    position.table = Param::from_tensor(table);
+    // The layer takes the squeezed table out of any autodiff graph (a squeezed parameter is no
+    // leaf): it trains as the model's own.
+    let table = file.position.table.val().squeeze_dim::<2>(0);
+    *position = position.clone().with_table(table)?;
     Ok(())
 }
 

@@ -224,6 +224,44 @@ impl LearnedPosition {
         Ok(self)
     }
 
+    /// This table with `table`'s values (a checkpoint's, read by the caller), as a fresh trained
+    /// parameter: taken out of any autodiff graph it came from (a tensor squeezed or cast on an
+    /// autodiff device is no leaf, and only a leaf trains), in its own dtype.
+    ///
+    /// # Shapes
+    ///
+    /// - table: `[max_len, d_position]`, this table's shape
+    ///
+    /// # Errors
+    ///
+    /// If `table` has another shape, naming both.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_positional::LearnedConfig;
+    ///
+    /// let device = Device::flex().autodiff();
+    /// // A checkpoint stores ViT's table as [1, rows, d]: squeezed, it is no leaf any more.
+    /// let stored = Tensor::<3>::ones([1, 5, 4], &device).require_grad();
+    /// let table = LearnedConfig::new(5).init(4, &device).with_table(stored.squeeze_dim(0)).unwrap();
+    /// let grads = table.table.val().sum().backward();
+    /// assert!(table.table.val().grad(&grads).is_some());
+    /// ```
+    pub fn with_table(mut self, table: Tensor<2>) -> Result<Self, PositionError> {
+        let expected = self.table.shape().dims::<2>();
+        if table.dims() != expected {
+            return Err(PositionError::ShapeMismatch {
+                what: "LearnedPosition::with_table",
+                expected: expected.to_vec(),
+                got: table.dims().to_vec(),
+                fix: "give the table [max_len, d_position] rows as the config sizes it (a \
+                      checkpoint's [1, rows, d] table squeezed to [rows, d])",
+            });
+        }
+        self.table = Param::from_tensor(table.detach().set_require_grad(false));
+        Ok(self)
+    }
+
     /// The rows before the grid (a class token's, DeiT's distillation token's), never resized.
     ///
     /// # Shapes
@@ -325,7 +363,8 @@ impl LearnedPosition {
     ///
     /// # Errors
     ///
-    /// An image smaller than one patch, and what [`on_grid`](Self::on_grid) refuses.
+    /// An image smaller than one patch (naming the pixels and the patch), and what
+    /// [`on_grid`](Self::on_grid) refuses.
     ///
     /// ```
     /// use burn::prelude::*;
@@ -339,7 +378,7 @@ impl LearnedPosition {
     /// // 17 x 23 pixels in patches of 4: a 4 x 5 grid, after the class row.
     /// assert_eq!(table.on_image([17, 23], [4, 4]).unwrap().dims(), [1 + 20, 8]);
     /// let err = table.on_image([3, 16], [4, 4]).unwrap_err();
-    /// assert!(err.to_string().contains("axis 0 has size 0"));
+    /// assert!(err.to_string().contains("`image height` = 3 pixels (patches of 4 x 4)"));
     /// ```
     pub fn on_image(
         &self,
@@ -347,7 +386,25 @@ impl LearnedPosition {
         patch: [usize; 2],
     ) -> Result<Tensor<2>, PositionError> {
         let [height, width] = pixels;
-        let grid = Grid::try_new([height / patch[0].max(1), width / patch[1].max(1)])?;
+        for (axis, (&size, &p)) in pixels.iter().zip(&patch).enumerate() {
+            if p == 0 || size < p {
+                return Err(PositionError::InvalidConfig {
+                    field: if axis == 0 {
+                        "image height"
+                    } else {
+                        "image width"
+                    },
+                    value: format!("{size} pixels (patches of {} x {})", patch[0], patch[1]),
+                    rule: "an image holds at least one whole patch on each axis",
+                    fix: format!(
+                        "resize the image to at least {} x {} pixels",
+                        patch[0].max(1),
+                        patch[1].max(1)
+                    ),
+                });
+            }
+        }
+        let grid = Grid::try_new([height / patch[0], width / patch[1]])?;
         let trained_len = self
             .grid
             .as_ref()

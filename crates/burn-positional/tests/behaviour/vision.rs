@@ -477,7 +477,11 @@ fn bad_grids_are_named(device: &Device) {
     let err = message(table.on_grid(&Grid::new([2, 2, 2])).unwrap_err());
     assert!(err.contains("on 2 axes, but the positions have 3"), "{err}");
     let err = message(table.on_image([3, 8], [4, 4]).unwrap_err());
-    assert!(err.contains("axis 0 has size 0"), "{err}");
+    assert!(
+        err.contains("`image height` = 3 pixels (patches of 4 x 4)"),
+        "{err}"
+    );
+    assert!(err.contains("at least 4 x 4 pixels"), "{err}");
     let plain = LearnedConfig::new(8).init(8, device);
     let err = message(plain.on_grid(&Grid::new([2, 2])).unwrap_err());
     assert!(err.contains("LearnedConfig::grid"), "{err}");
