@@ -319,13 +319,25 @@ fn mrope_equals_qwen_vl(device: &Device) {
 /// positions on two axes) and of Pixtral (row-major patches: a grid, and the same as explicit).
 fn vision_rope_equals_transformers(device: &Device) {
     let fx = Fixture::open("vision_rope");
-    let rope = |axes: RopeAxes, theta: f64| {
-        RopeConfig::new(16)
+    // Each encoder's rope read from its config as transformers writes it (`rope_type: "axial"`),
+    // and the same built by hand.
+    let rope = |family: &str, model_type: &str, axes: RopeAxes| {
+        let mut config = fx.json[family]["config"].clone();
+        config["model_type"] = Value::from(model_type);
+        let read = RopeConfig::from_hf_config(&config.to_string()).unwrap();
+        let theta = config["rope_parameters"]["rope_theta"].as_f64().unwrap();
+        let by_hand = RopeConfig::new(16)
             .with_base(theta)
             .with_layout(RopeLayout::HalfSplit)
             .with_arithmetic(RopeArithmetic::Transformers)
-            .with_axes(axes)
-            .init(device)
+            .with_axes(axes);
+        assert_eq!(read.axes, by_hand.axes, "{model_type}");
+        assert_eq!(
+            (read.d_head, read.base, read.layout),
+            (by_hand.d_head, by_hand.base, by_hand.layout),
+            "{model_type}"
+        );
+        read.init(device)
     };
     let axes_of = |key: &str| {
         let (shape, ids) = fx.ints(key);
@@ -334,14 +346,9 @@ fn vision_rope_equals_transformers(device: &Device) {
             device,
         ))
     };
-    let theta = |family: &str| {
-        fx.json[family]["config"]["rope_parameters"]["rope_theta"]
-            .as_f64()
-            .unwrap()
-    };
 
     // Qwen2-VL: q, k are [seq, heads, head_dim].
-    let qwen = rope(RopeAxes::Axial(2), theta("qwen2_vl"));
+    let qwen = rope("qwen2_vl", "qwen2_vl_vision", RopeAxes::Axial(2));
     for (x, rotated) in [
         ("qwen2_vl_q", "qwen2_vl_q_rot"),
         ("qwen2_vl_k", "qwen2_vl_k_rot"),
@@ -355,7 +362,7 @@ fn vision_rope_equals_transformers(device: &Device) {
     }
 
     // Pixtral: q, k are [1, heads, seq, head_dim] on a 3 x 5 grid.
-    let pixtral = rope(RopeAxes::AxialAlternate(2), theta("pixtral"));
+    let pixtral = rope("pixtral", "pixtral", RopeAxes::AxialAlternate(2));
     for (x, rotated) in [
         ("pixtral_q", "pixtral_q_rot"),
         ("pixtral_k", "pixtral_k_rot"),

@@ -426,3 +426,15 @@ pub(super) fn mrope_axes(rope: &Fields, model_type: &str) -> Result<RopeAxes, Hf
         _ => RopeAxes::Sequence,
     })
 }
+
+/// The axial rotation of a vision encoder's config class (`default_rope_type = "axial"` and its
+/// `compute_axial_rope_parameters`): Qwen2-VL's and Qwen2.5-VL's rows and columns in blocks of a
+/// rotation half as wide, Pixtral's frequencies dealt alternately (`cat([inv_freq[0::2],
+/// inv_freq[1::2]])`). `None` for every other model type, where `"axial"` is refused.
+pub(super) fn vision_axes(model_type: &str) -> Option<RopeAxes> {
+    match model_type {
+        "qwen2_vl_vision" | "qwen2_5_vl_vision" => Some(RopeAxes::Axial(2)),
+        "pixtral" => Some(RopeAxes::AxialAlternate(2)),
+        _ => None,
+    }
+}

@@ -370,6 +370,8 @@ fn read_layer(
         "type"
     };
     let rope_type = match rope.get(rope_type_key) {
+        // The vision encoders' config classes default to their own axial rotation.
+        None if families::vision_axes(model_type).is_some() => "axial",
         None => "default",
         Some(Value::String(s)) => s.as_str(),
         Some(v) => return Err(rope.wrong(rope_type_key, "a string", v)),
@@ -380,7 +382,10 @@ fn read_layer(
     };
     // Qwen2-VL's and Qwen2.5-VL's config classes read the older `"mrope"` as `"default"`; the
     // sections go to the rope's axes.
-    let axes = families::mrope_axes(&rope, model_type)?;
+    let axes = match families::vision_axes(model_type) {
+        Some(axes) => axes,
+        None => families::mrope_axes(&rope, model_type)?,
+    };
     let rope_type = match (rope_type, &axes) {
         ("mrope", RopeAxes::MRope(_)) => "default",
         (other, _) => other,
@@ -400,6 +405,11 @@ fn read_layer(
         _ => {
             let needed = "the head width is head_dim, or hidden_size / num_attention_heads";
             let [hidden, heads] = families::sizes(&root, model_type)?;
+            // Qwen2-VL's vision encoder divides `embed_dim` (its `hidden_size` is the merger's).
+            let hidden = match model_type {
+                "qwen2_vl_vision" => Some(root.usize("embed_dim")?.unwrap_or(1280)),
+                _ => hidden,
+            };
             let hidden = root.required("hidden_size", hidden, needed)?;
             let heads = root.required("num_attention_heads", heads, needed)?;
             if heads == 0 {
@@ -453,6 +463,9 @@ fn read_layer(
 
     let scaling = match rope_type {
         "default" => RopeScaling::None,
+        // `compute_axial_rope_parameters`: the trained angles, the pairs dealt to rows and
+        // columns (the axes below).
+        "axial" if families::vision_axes(model_type).is_some() => RopeScaling::None,
         "linear" => RopeScaling::Interpolation(factor("linear divides the frequencies by it")?),
         "dynamic" => RopeScaling::Dynamic(DynamicScaling {
             factor: factor("dynamic scales the base by it")?,

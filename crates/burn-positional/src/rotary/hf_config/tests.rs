@@ -403,3 +403,34 @@ fn mrope_sections_become_the_axes() {
     ));
     assert!(message.contains("sum to 8"), "{message}");
 }
+
+/// The vision encoders' own axial rotation (`default_rope_type = "axial"`), and the width each
+/// class divides: Qwen2-VL's `embed_dim / num_heads`, Qwen2.5-VL's `hidden_size / num_heads`,
+/// Pixtral's `head_dim`. Another model type's `"axial"` stays unknown.
+#[test]
+fn vision_encoders_rotate_rows_and_columns() {
+    let read = |json: &str| RopeConfig::from_hf_config(json).unwrap();
+    let qwen2 = read(
+        r#"{"model_type": "qwen2_vl_vision", "embed_dim": 1280, "num_heads": 16,
+        "hidden_size": 3584}"#,
+    );
+    assert_eq!((qwen2.d_head, qwen2.axes.clone()), (80, RopeAxes::Axial(2)));
+    assert_eq!(qwen2.layout, RopeLayout::HalfSplit);
+    let qwen2_5 = read(
+        r#"{"model_type": "qwen2_5_vl_vision", "hidden_size": 1280,
+        "num_heads": 16, "rope_parameters": {"rope_type": "axial", "rope_theta": 10000.0}}"#,
+    );
+    assert_eq!((qwen2_5.d_head, qwen2_5.axes), (80, RopeAxes::Axial(2)));
+    let pixtral = read(
+        r#"{"model_type": "pixtral", "hidden_size": 1024,
+        "num_attention_heads": 16, "head_dim": 64, "rope_theta": 10000.0}"#,
+    );
+    assert_eq!(
+        (pixtral.d_head, pixtral.axes),
+        (64, RopeAxes::AxialAlternate(2))
+    );
+    let message = error(&format!(
+        r#"{{{HEADS}, "model_type": "llama", "rope_parameters": {{"rope_type": "axial"}}}}"#
+    ));
+    assert!(message.contains("\"axial\""), "{message}");
+}
