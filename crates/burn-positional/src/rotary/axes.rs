@@ -1,26 +1,25 @@
 //! Rotary positions on grids: which axis of a position (frame, row, column) turns each pair,
 //! and with which frequency. Text has one axis; the vision families split the pairs between the
 //! axes, each in its own layout, which [`RopeAxes`] names.
-//!
-//! | [`RopeAxes`] | pair `j` of `P` turns with | frequency | used by |
-//! | --- | --- | --- | --- |
-//! | `Sequence` | the position | `inv_freq[j]` | every text model |
-//! | `MRope(sections)` | axis `i % 3` of the section `i` holding `j` | `inv_freq[j]` | Qwen2-VL, Qwen2.5-VL (`mrope_section`) |
-//! | `MRopeInterleaved(sections)` | row if `j % 3 == 1` and `j < 3 h`, column if `j % 3 == 2` and `j < 3 w`, else frame | `inv_freq[j]` | Qwen3-VL (`mrope_interleaved`) |
-//! | `Axial(n)` | axis `j / (P / n)` | `inv_freq'[j % (P / n)]` of a rotation `rotary_dims / n` wide | Qwen2-VL's and Qwen2.5-VL's vision encoders |
-//! | `AxialAlternate(n)` | axis `j / (P / n)` | `inv_freq[n (j % (P / n)) + axis]` | Pixtral |
-//!
-//! A position with one axis (text, or `Positions::Offset`/`Explicit`) sits at that position on
-//! every axis, as M-RoPE places text tokens: the rotation is then plain RoPE with these
-//! frequencies.
 
 use burn::config::Config;
 
 use super::scaling::{RopeArithmetic, RopeScaling};
 use crate::PositionError;
 
-/// How the pairs of a rotation are dealt to the axes of a position. See the
-/// [module table](self) for each layout and who uses it.
+/// How the pairs of a rotation are dealt to the axes of a position (frame, row, column):
+///
+/// | `RopeAxes` | pair `j` of `P` turns with | frequency | used by |
+/// | --- | --- | --- | --- |
+/// | `Sequence` | the position | `inv_freq[j]` | every text model |
+/// | `MRope(sections)` | axis `i % 3` of the section `i` holding `j` | `inv_freq[j]` | Qwen2-VL, Qwen2.5-VL (`mrope_section`) |
+/// | `MRopeInterleaved(sections)` | row if `j % 3 == 1` and `j < 3 h`, column if `j % 3 == 2` and `j < 3 w`, else frame | `inv_freq[j]` | Qwen3-VL (`mrope_interleaved`) |
+/// | `Axial(n)` | axis `j / (P / n)` | `inv_freq'[j % (P / n)]` of a rotation `rotary_dims / n` wide | Qwen2-VL's and Qwen2.5-VL's vision encoders |
+/// | `AxialAlternate(n)` | axis `j / (P / n)` | `inv_freq[n (j % (P / n)) + axis]` | Pixtral |
+///
+/// A position with one axis (text, or `Positions::Offset`/`Explicit`) sits at that position on
+/// every axis, as M-RoPE places text tokens: the rotation is then plain RoPE with these
+/// frequencies.
 #[derive(Config, Debug, PartialEq)]
 pub enum RopeAxes {
     /// One axis: every pair turns with the token's position. The default.

@@ -91,7 +91,14 @@ impl MropePositions {
     }
 }
 
-/// transformers' `get_rope_index` for a batch: see the [module docs](self).
+/// transformers' `get_rope_index` for a batch. Each row's unpadded tokens are cut into runs of
+/// one modality. A text run of `n` tokens takes positions `p..p + n` on all three axes. A
+/// vision run takes the next grid of its modality (`image_grid_thw` or `video_grid_thw`, in
+/// order), merged `spatial_merge_size` times on rows and columns: its tokens sit at
+/// `(p + t * interval, p + row, p + column)`, and the run moves `p` on by `max(rows, columns)`
+/// (not by its token count). `interval` is 1, or for Qwen2.5-VL's videos
+/// `tokens_per_second * second_per_grid_t`, truncated after the f32 product as torch's
+/// `.long()` does. Padded tokens get 0 on every axis.
 ///
 /// - `modalities`: one row per sequence, one [`Modality`] per token (padded tokens included);
 /// - `attention_mask`: `false` for padded tokens (any side), or `None` when nothing is padded;
