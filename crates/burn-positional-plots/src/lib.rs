@@ -1,6 +1,7 @@
 //! PNG pictures of what position schemes do, drawn with [plotters](https://docs.rs/plotters):
-//! grids of labelled heatmaps (attention weights, position tables, similarity matrices), and
-//! grids of line, point and arrow charts ([`draw_charts`]).
+//! grids of labelled heatmaps (attention weights, position tables, similarity matrices), grids
+//! of line, point and arrow charts ([`draw_charts`]), and RGB pictures beside heatmaps
+//! ([`draw_panels`]).
 //!
 //! Text uses DejaVu Sans, embedded in the binary, so drawing needs no system fonts.
 
@@ -13,8 +14,10 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{FontStyle, register_font};
 
 mod charts;
+mod picture;
 
 pub use charts::{Chart, Series, SeriesKind, draw_charts};
+pub use picture::{Panel, Picture, draw_panels};
 
 /// Why a picture could not be drawn.
 #[derive(Debug, thiserror::Error)]

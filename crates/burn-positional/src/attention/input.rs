@@ -104,7 +104,8 @@ impl AttentionInput {
     /// patches of an image in row-major order, `Positions::Axes` for M-RoPE's ids). Only the
     /// rotation reads them: the causal mask, the window, ALiBi and T5's buckets keep measuring
     /// along the sequence, where a distance has one axis (a 2D distance has no meaning for
-    /// them). Not with a [`KvCache`](crate::KvCache).
+    /// them). Not with a [`KvCache`](crate::KvCache). A block without a rope has nothing to turn
+    /// and ignores them (a model can pass its grid to every block, whatever its scheme).
     ///
     /// ```
     /// use burn::prelude::*;
