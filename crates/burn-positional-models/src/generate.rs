@@ -219,7 +219,12 @@ pub struct Generated {
 /// special tokens, sampling and its seed. Built from a checkpoint's
 /// [`GenerationConfig`](crate::GenerationConfig) with [`from_config`](Self::from_config) or
 /// greedy with [`greedy`](Self::greedy); every field can be set after.
+///
+/// `#[non_exhaustive]`: a new setting is not a break. Build from [`greedy`](Self::greedy) or
+/// [`from_config`](Self::from_config) and change a field with its `with_*` method (or by
+/// assignment); a struct literal does not compile outside this crate.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct GenerateOptions {
     /// New tokens at most (wins over `max_length`).
     pub max_new_tokens: Option<usize>,
@@ -291,6 +296,25 @@ impl GenerateOptions {
     /// These options with `eos_token_ids` ending a row.
     pub fn with_eos(mut self, eos_token_ids: Vec<i64>) -> Self {
         self.eos_token_ids = eos_token_ids;
+        self
+    }
+
+    /// These options with at most `max_length` tokens, input included (used without
+    /// `max_new_tokens`; see [`max_length`](Self::max_length)).
+    pub fn with_max_length(mut self, max_length: Option<usize>) -> Self {
+        self.max_length = max_length;
+        self
+    }
+
+    /// These options with `pad_token_id` as the padding.
+    pub fn with_pad_token_id(mut self, pad_token_id: i64) -> Self {
+        self.pad_token_id = pad_token_id;
+        self
+    }
+
+    /// These options with T5's first decoder token (`None`: the model's own).
+    pub fn with_decoder_start_token_id(mut self, decoder_start_token_id: Option<i64>) -> Self {
+        self.decoder_start_token_id = decoder_start_token_id;
         self
     }
 

@@ -30,6 +30,15 @@
 //! Every port's logits (and greedy tokens, for the text families) equal transformers' on the
 //! committed fixtures (`tests/families/`, fixtures from `tools/model_fixtures.py` and, for the
 //! vision families, `tools/vision_fixtures.py`).
+//!
+//! # Changelog
+//!
+//! - Unreleased: [`Sampling`](sampling::Sampling) and [`GenerateOptions`] are
+//!   `#[non_exhaustive]`, with a `with_*` method per field. Adding `min_p` to `Sampling` broke
+//!   every struct literal a user had written; from here on a new setting is not a break, and a
+//!   struct literal outside this crate does not compile: start from `Sampling::greedy()` /
+//!   `Sampling::sample()` or `GenerateOptions::greedy(..)` / `from_config(..)` and chain
+//!   `with_*` (fields stay public to read and assign). Two vision ports, `vit` and `dinov2`.
 
 #![warn(missing_docs)]
 

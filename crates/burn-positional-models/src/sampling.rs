@@ -195,7 +195,39 @@ pub fn argmax(row: &[f32]) -> usize {
 /// transformers' sampling settings (`GenerationConfig`'s `do_sample`, `temperature`, `top_k`,
 /// `top_p`, `min_p`, `repetition_penalty`), each with its neutral value when unset: greedy,
 /// 1.0, 0 (none), 1.0, none, 1.0.
+///
+/// `#[non_exhaustive]`: a new setting (as `min_p` was) is not a break. Start from
+/// [`greedy`](Self::greedy) or [`sample`](Self::sample) and set what differs with the `with_*`
+/// methods; a struct literal does not compile outside this crate.
+///
+/// ```
+/// use burn_positional_models::sampling::Sampling;
+///
+/// let sampling = Sampling::sample()
+///     .with_temperature(0.8)
+///     .with_top_k(20)
+///     .with_top_p(0.95)
+///     .with_repetition_penalty(1.2);
+/// assert!(sampling.do_sample && sampling.min_p.is_none());
+/// ```
+///
+/// A literal, even one naming every field, is refused outside this crate (so no user code can
+/// depend on the list of fields):
+///
+/// ```compile_fail
+/// use burn_positional_models::sampling::Sampling;
+///
+/// let sampling = Sampling {
+///     do_sample: true,
+///     temperature: 0.8,
+///     top_k: 20,
+///     top_p: 0.95,
+///     min_p: None,
+///     repetition_penalty: 1.2,
+/// };
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Sampling {
     /// Draw from the warped distribution (`do_sample`); argmax when false.
     pub do_sample: bool,
@@ -238,6 +270,42 @@ impl Sampling {
             top_k: 50,
             ..Self::greedy()
         }
+    }
+
+    /// These settings drawing from the warped distribution (`true`) or taking the argmax.
+    pub fn with_do_sample(mut self, do_sample: bool) -> Self {
+        self.do_sample = do_sample;
+        self
+    }
+
+    /// These settings with `temperature` (applied when sampling and not 1).
+    pub fn with_temperature(mut self, temperature: f64) -> Self {
+        self.temperature = temperature;
+        self
+    }
+
+    /// These settings with `top_k` (applied when sampling and not 0).
+    pub fn with_top_k(mut self, top_k: usize) -> Self {
+        self.top_k = top_k;
+        self
+    }
+
+    /// These settings with `top_p` (applied when sampling and below 1).
+    pub fn with_top_p(mut self, top_p: f64) -> Self {
+        self.top_p = top_p;
+        self
+    }
+
+    /// These settings with `min_p` (applied when sampling and set).
+    pub fn with_min_p(mut self, min_p: Option<f64>) -> Self {
+        self.min_p = min_p;
+        self
+    }
+
+    /// These settings with `repetition_penalty` (applied, greedy too, when not 1).
+    pub fn with_repetition_penalty(mut self, repetition_penalty: f64) -> Self {
+        self.repetition_penalty = repetition_penalty;
+        self
     }
 
     /// Whether the next token is the plain argmax of the logits (greedy, no repetition

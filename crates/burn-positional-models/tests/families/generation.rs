@@ -207,12 +207,9 @@ mod checked_prompts {
 }
 
 fn hot() -> Sampling {
-    Sampling {
-        do_sample: true,
-        temperature: 2.0,
-        top_k: 0,
-        ..Sampling::greedy()
-    }
+    Sampling::greedy()
+        .with_do_sample(true)
+        .with_temperature(2.0)
 }
 
 /// A seed gives the same tokens on every run and on flex, ndarray and wgpu (the draw is on the
@@ -224,12 +221,10 @@ fn a_seed_gives_the_same_tokens_on_every_device() {
     let prompts = fx.prompts();
     let settings = [
         hot(),
-        Sampling {
-            top_k: 20,
-            top_p: 0.9,
-            repetition_penalty: 1.3,
-            ..hot()
-        },
+        hot()
+            .with_top_k(20)
+            .with_top_p(0.9)
+            .with_repetition_penalty(1.3),
     ];
     for sampling in settings {
         let options = GenerateOptions::greedy(12, PAD)
@@ -265,7 +260,7 @@ fn a_seed_gives_the_same_tokens_on_every_device() {
 fn sampling_the_top_token_alone_is_greedy() {
     let fx = Fixture::open("llama");
     let expected = expected_new(&fx);
-    let sampling = Sampling { top_k: 1, ..hot() };
+    let sampling = hot().with_top_k(1);
     for seed in [0, 1] {
         let options = GenerateOptions::greedy(expected[0].len(), PAD)
             .with_sampling(sampling)
