@@ -45,7 +45,8 @@ pub use absolute::{
 };
 pub use attention::{
     AttendOptions, AttentionBias, AttentionInput, AttentionOutput, AttentionPositions, KvCache,
-    SelfAttention, SelfAttentionConfig, Window, attend, padding_mask, try_attend,
+    SelfAttention, SelfAttentionConfig, Window, attend, check_softcap, padding_mask, softcap,
+    try_attend, try_softcap,
 };
 /// Add or concatenate: one type for the layer's config and the kernels.
 pub use burn_positional_kernels::Combine;
