@@ -13,6 +13,7 @@ use crate::decoder::{Activation, Decoder, DecoderSpec};
 /// `LlamaConfig`'s fields the port reads, with transformers 5.24's defaults.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct LlamaConfig {
     /// `vocab_size`.
     pub vocab_size: usize,
@@ -86,8 +87,7 @@ pub fn spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
         activation: Activation::from_hf(&c.hidden_act, &path)?,
         windows: vec![None; c.num_hidden_layers],
         fused: false,
-        rope: RopeConfig::from_hf_config(&checkpoint.config_text)?,
-        recompute_past: None,
+        ..DecoderSpec::plain(RopeConfig::from_hf_config(&checkpoint.config_text)?)
     })
 }
 

@@ -11,11 +11,12 @@ use serde::Deserialize;
 
 use crate::ModelError;
 use crate::checkpoint::Checkpoint;
-use crate::decoder::{Activation, Decoder, DecoderSpec};
+use crate::decoder::{Activation, Decoder, DecoderSpec, check_window};
 
 /// `Phi3Config`'s fields the port reads, with transformers 5.24's defaults.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct Phi3Config {
     /// `vocab_size`.
     pub vocab_size: usize,
@@ -87,10 +88,10 @@ pub fn spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
         o_bias: false,
         mlp_bias: false,
         activation: Activation::from_hf(&c.hidden_act, &path)?,
-        windows: vec![c.sliding_window; c.num_hidden_layers],
+        windows: vec![check_window(c.sliding_window, &path)?; c.num_hidden_layers],
         fused: true,
-        rope: RopeConfig::from_hf_config(&checkpoint.config_text)?,
         recompute_past: Some(c.original_max_position_embeddings),
+        ..DecoderSpec::plain(RopeConfig::from_hf_config(&checkpoint.config_text)?)
     })
 }
 

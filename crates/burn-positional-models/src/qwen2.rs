@@ -10,11 +10,12 @@ use serde::Deserialize;
 
 use crate::ModelError;
 use crate::checkpoint::Checkpoint;
-use crate::decoder::{Activation, Decoder, DecoderSpec};
+use crate::decoder::{Activation, Decoder, DecoderSpec, check_window, sliding_layers};
 
 /// `Qwen2Config`'s fields the port reads, with transformers 5.24's defaults.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct Qwen2Config {
     /// `vocab_size`.
     pub vocab_size: usize,
@@ -92,10 +93,16 @@ pub fn spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
         o_bias: false,
         mlp_bias: false,
         activation: Activation::from_hf(&c.hidden_act, &path)?,
-        windows: windows(&c),
+        windows: windows(
+            c.use_sliding_window,
+            c.sliding_window,
+            c.max_window_layers,
+            c.layer_types.as_deref(),
+            c.num_hidden_layers,
+            &path,
+        )?,
         fused: false,
-        rope: RopeConfig::from_hf_config(&checkpoint.config_text)?,
-        recompute_past: None,
+        ..DecoderSpec::plain(RopeConfig::from_hf_config(&checkpoint.config_text)?)
     })
 }
 
@@ -108,20 +115,33 @@ pub fn load(checkpoint: &Checkpoint, device: &Device) -> Result<Decoder, ModelEr
     crate::decoder::load(spec(checkpoint)?, checkpoint, device)
 }
 
-/// The window of each layer, as `Qwen2Config.__post_init__` and `Qwen2Attention` decide it.
-fn windows(c: &Qwen2Config) -> Vec<Option<usize>> {
-    let window = if c.use_sliding_window {
-        c.sliding_window
+/// The window of each layer, as `Qwen2Config.__post_init__` and `Qwen2Attention` decide it
+/// (Qwen 3's config class decides it the same way).
+///
+/// # Errors
+///
+/// [`ModelError::Config`] for a `layer_types` of the wrong length or kind, a window of 0.
+pub(crate) fn windows(
+    use_sliding_window: bool,
+    sliding_window: Option<usize>,
+    max_window_layers: usize,
+    layer_types: Option<&[String]>,
+    n_layers: usize,
+    path: &str,
+) -> Result<Vec<Option<usize>>, ModelError> {
+    let window = if use_sliding_window {
+        check_window(sliding_window, path)?
     } else {
         None
     };
-    (0..c.num_hidden_layers)
-        .map(|i| {
-            let sliding = match &c.layer_types {
-                Some(types) => types.get(i).is_some_and(|t| t == "sliding_attention"),
-                None => window.is_some() && i >= c.max_window_layers,
-            };
-            if sliding { window } else { None }
-        })
-        .collect()
+    let sliding = match layer_types {
+        Some(types) => sliding_layers(types, n_layers, path)?,
+        None => (0..n_layers)
+            .map(|i| window.is_some() && i >= max_window_layers)
+            .collect(),
+    };
+    Ok(sliding
+        .into_iter()
+        .map(|s| if s { window } else { None })
+        .collect())
 }
