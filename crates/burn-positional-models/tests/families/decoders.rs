@@ -1,4 +1,5 @@
-//! The rotary decoders (Llama, Qwen 2, Phi-3, Mistral) and, through the same checks, every
+//! The rotary decoders (Llama, Qwen 2 and 3, Phi-3, Mistral, Gemma 2 and 3, GPT-NeoX, Llama 3.2)
+//! and, through the same checks, every
 //! decoder-only port: logits of a left-padded batch, a padded row against its prompt alone,
 //! greedy generation with the cache, and the cached steps against one forward without it.
 
@@ -119,7 +120,43 @@ mod logits {
         decoder_logits_match("mistral", device);
     }
 
-    on_every_device!(llama, qwen2, phi3, phi3_partial, mistral);
+    fn qwen3(device: &Device) {
+        decoder_logits_match("qwen3", device);
+    }
+
+    fn gemma2(device: &Device) {
+        decoder_logits_match("gemma2", device);
+    }
+
+    fn gemma3(device: &Device) {
+        decoder_logits_match("gemma3", device);
+    }
+
+    fn gpt_neox(device: &Device) {
+        decoder_logits_match("gpt_neox", device);
+    }
+
+    fn gpt_neox_sequential(device: &Device) {
+        decoder_logits_match("gpt_neox_sequential", device);
+    }
+
+    fn llama3_2(device: &Device) {
+        decoder_logits_match("llama3_2", device);
+    }
+
+    on_every_device!(
+        llama,
+        qwen2,
+        phi3,
+        phi3_partial,
+        mistral,
+        qwen3,
+        gemma2,
+        gemma3,
+        gpt_neox,
+        gpt_neox_sequential,
+        llama3_2,
+    );
 }
 
 mod generation {
@@ -145,5 +182,41 @@ mod generation {
         decoder_generates_as_transformers("mistral", device);
     }
 
-    on_every_inference_device!(llama, qwen2, phi3, phi3_partial, mistral);
+    fn qwen3(device: &Device) {
+        decoder_generates_as_transformers("qwen3", device);
+    }
+
+    fn gemma2(device: &Device) {
+        decoder_generates_as_transformers("gemma2", device);
+    }
+
+    fn gemma3(device: &Device) {
+        decoder_generates_as_transformers("gemma3", device);
+    }
+
+    fn gpt_neox(device: &Device) {
+        decoder_generates_as_transformers("gpt_neox", device);
+    }
+
+    fn gpt_neox_sequential(device: &Device) {
+        decoder_generates_as_transformers("gpt_neox_sequential", device);
+    }
+
+    fn llama3_2(device: &Device) {
+        decoder_generates_as_transformers("llama3_2", device);
+    }
+
+    on_every_inference_device!(
+        llama,
+        qwen2,
+        phi3,
+        phi3_partial,
+        mistral,
+        qwen3,
+        gemma2,
+        gemma3,
+        gpt_neox,
+        gpt_neox_sequential,
+        llama3_2,
+    );
 }

@@ -185,7 +185,27 @@ mod eos {
         generation_stops_when_every_row_has_ended("t5", device);
     }
 
-    on_every_inference_device!(llama, gpt2, t5);
+    fn qwen3(device: &Device) {
+        eos_ends_its_row_and_pads_it("qwen3", device);
+        generation_stops_when_every_row_has_ended("qwen3", device);
+    }
+
+    fn gemma2(device: &Device) {
+        eos_ends_its_row_and_pads_it("gemma2", device);
+        generation_stops_when_every_row_has_ended("gemma2", device);
+    }
+
+    fn gemma3(device: &Device) {
+        eos_ends_its_row_and_pads_it("gemma3", device);
+        generation_stops_when_every_row_has_ended("gemma3", device);
+    }
+
+    fn gpt_neox(device: &Device) {
+        eos_ends_its_row_and_pads_it("gpt_neox", device);
+        generation_stops_when_every_row_has_ended("gpt_neox", device);
+    }
+
+    on_every_inference_device!(llama, gpt2, t5, qwen3, gemma2, gemma3, gpt_neox);
 }
 
 mod checked_prompts {

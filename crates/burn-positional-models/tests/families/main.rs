@@ -55,4 +55,5 @@ mod sampling;
 mod sharded;
 mod t5;
 mod text;
+mod quirks;
 mod vision;

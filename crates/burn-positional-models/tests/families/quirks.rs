@@ -1,0 +1,290 @@
+//! The checkpoints people download now (Qwen 3, Gemma 2 and 3, GPT-NeoX / Pythia, Llama 3.2 /
+//! SmolLM): what each reads from its `config.json`, the bad values refused by name, and
+//! generation as the folder's `generation_config.json` says (an eos list), against
+//! transformers' own run. Their logits and greedy tokens are checked with the other decoders
+//! (`decoders.rs`), their eos handling in `generation.rs`.
+
+use burn::tensor::Device;
+use burn_positional::RopeScaling;
+use burn_positional_models::decoder::DecoderSpec;
+use burn_positional_models::{
+    Checkpoint, GenerateOptions, GenerationConfig, ModelError, gemma, gpt_neox, qwen3,
+    try_generate,
+};
+
+use crate::fixture::Fixture;
+
+/// A copy of fixture `name`'s folder with its config.json edited by `edit` (the weights are
+/// not needed to read a config).
+fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> (tempfile::TempDir, Checkpoint) {
+    let fx = Fixture::open(name);
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fx.dir.join("config.json")).unwrap())
+            .unwrap();
+    edit(&mut json);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        serde_json::to_string_pretty(&json).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("model.safetensors"), b"").unwrap();
+    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    (dir, checkpoint)
+}
+
+fn refused(result: Result<DecoderSpec, ModelError>, parts: &[&str]) {
+    let message = match result {
+        Ok(spec) => panic!("accepted: {spec:?}"),
+        Err(e) => e.to_string(),
+    };
+    for part in parts {
+        assert!(message.contains(part), "`{part}` not in: {message}");
+    }
+}
+
+#[test]
+fn qwen3_reads_head_dim_and_head_norms() {
+    let spec = qwen3::spec(&Fixture::open("qwen3").checkpoint()).unwrap();
+    // head_dim 32 with hidden 64 and 4 heads: not hidden / heads.
+    assert_eq!((spec.hidden_size, spec.n_heads, spec.head_dim), (64, 4, 32));
+    assert!(spec.qk_norm && spec.tie_word_embeddings);
+    assert_eq!(spec.rope.d_head, 32);
+    // Without `head_dim` in the file, the class default 128, not 64 / 4.
+    let (_dir, c) = edited("qwen3", |j| {
+        j.as_object_mut().unwrap().remove("head_dim");
+    });
+    assert_eq!(qwen3::spec(&c).unwrap().head_dim, 128);
+}
+
+#[test]
+fn qwen3_refuses_a_field_it_does_not_read() {
+    let (_dir, c) = edited("qwen3", |j| {
+        j["rope_parameters"]["mrope_section"] = serde_json::json!([4, 6, 6]);
+    });
+    refused(qwen3::spec(&c), &["mrope_section"]);
+}
+
+#[test]
+fn gemma2_reads_its_quirks() {
+    let spec = gemma::gemma2_spec(&Fixture::open("gemma2").checkpoint()).unwrap();
+    assert_eq!(spec.attention_scale, Some(24f64.powf(-0.5)));
+    assert_eq!(
+        (spec.attention_softcap, spec.final_softcap),
+        (Some(4.0), Some(5.0))
+    );
+    // Sliding, full, sliding, full.
+    assert_eq!(spec.windows, vec![Some(16), None, Some(16), None]);
+    assert!(spec.embed_scale && spec.sandwich_norms && !spec.qk_norm);
+    // transformers' class defaults when the file leaves them out: caps 30 and 50, a window
+    // on every other layer from the first.
+    let (_dir, c) = edited("gemma2", |j| {
+        let o = j.as_object_mut().unwrap();
+        for key in [
+            "final_logit_softcapping",
+            "attn_logit_softcapping",
+            "layer_types",
+        ] {
+            o.remove(key);
+        }
+    });
+    let spec = gemma::gemma2_spec(&c).unwrap();
+    assert_eq!(
+        (spec.attention_softcap, spec.final_softcap),
+        (Some(50.0), Some(30.0))
+    );
+    assert_eq!(spec.windows, vec![Some(16), None, Some(16), None]);
+    // null: no cap.
+    let (_dir, c) = edited("gemma2", |j| {
+        j["final_logit_softcapping"] = serde_json::Value::Null;
+    });
+    assert_eq!(gemma::gemma2_spec(&c).unwrap().final_softcap, None);
+}
+
+#[test]
+fn gemma_refuses_bad_values_by_name() {
+    let cases: [(&str, &str, serde_json::Value, &[&str]); 9] = [
+        ("gemma2", "sliding_window", 0.into(), &["`sliding_window` is 0"]),
+        (
+            "gemma2",
+            "final_logit_softcapping",
+            0.0.into(),
+            &["`final_logit_softcapping` is 0", "positive"],
+        ),
+        (
+            "gemma2",
+            "attn_logit_softcapping",
+            (-50.0).into(),
+            &["`attn_logit_softcapping` is -50"],
+        ),
+        (
+            "gemma3",
+            "final_logit_softcapping",
+            (-1.0).into(),
+            &["`final_logit_softcapping` is -1"],
+        ),
+        (
+            "gemma2",
+            "layer_types",
+            serde_json::json!(["sliding_attention", "full_attention"]),
+            &["`layer_types` has 2 entries", "`num_hidden_layers` is 4"],
+        ),
+        (
+            "gemma3",
+            "layer_types",
+            serde_json::json!([
+                "sliding_attention",
+                "chunked_attention",
+                "full_attention",
+                "sliding_attention"
+            ]),
+            &["`layer_types[1]` is \"chunked_attention\""],
+        ),
+        (
+            "gemma3",
+            "use_bidirectional_attention",
+            true.into(),
+            &["`use_bidirectional_attention` is true"],
+        ),
+        (
+            "gemma2",
+            "query_pre_attn_scalar",
+            0.into(),
+            &["`query_pre_attn_scalar` is 0"],
+        ),
+        ("gemma3", "sliding_window", 0.into(), &["`sliding_window` is 0"]),
+    ];
+    for (name, field, value, parts) in cases {
+        let (_dir, c) = edited(name, |j| j[field] = value.clone());
+        let spec = if name == "gemma2" {
+            gemma::gemma2_spec(&c)
+        } else {
+            gemma::gemma3_spec(&c)
+        };
+        refused(spec, parts);
+    }
+    // A pattern of 0 when there are no layer_types to read instead.
+    let (_dir, c) = edited("gemma3", |j| {
+        j.as_object_mut().unwrap().remove("layer_types");
+        j["sliding_window_pattern"] = 0.into();
+    });
+    refused(gemma::gemma3_spec(&c), &["`sliding_window_pattern` is 0"]);
+}
+
+/// Two rotary configs from one file: the sliding layers' base 10 000, the full layers' 10^6
+/// with a linear factor 8; and the older way Gemma 3 checkpoints on the Hub write the same
+/// thing (`rope_theta`, `rope_local_base_freq`, `rope_scaling`, `sliding_window_pattern`)
+/// reads to the same spec.
+#[test]
+fn gemma3_reads_two_rotary_bases_and_the_layer_pattern() {
+    let fx = Fixture::open("gemma3");
+    let spec = gemma::gemma3_spec(&fx.checkpoint()).unwrap();
+    assert_eq!(spec.local_layers, vec![true, true, false, true]);
+    assert_eq!(spec.windows, vec![Some(16), Some(16), None, Some(16)]);
+    let local = spec.local_rope.clone().expect("a sliding rope");
+    assert_eq!((local.base, &local.scaling), (10_000.0, &RopeScaling::None));
+    assert_eq!(spec.rope.base, 1e6);
+    assert!(
+        matches!(spec.rope.scaling, RopeScaling::Interpolation(f) if f == 8.0),
+        "{:?}",
+        spec.rope.scaling
+    );
+    assert!(spec.qk_norm && spec.final_softcap.is_none() && spec.attention_softcap.is_none());
+
+    let (_dir, c) = edited("gemma3", |j| {
+        let o = j.as_object_mut().unwrap();
+        o.remove("rope_parameters");
+        o.remove("layer_types");
+        o.insert("rope_theta".into(), 1e6.into());
+        o.insert("rope_local_base_freq".into(), 10_000.0.into());
+        o.insert(
+            "rope_scaling".into(),
+            serde_json::json!({"rope_type": "linear", "factor": 8.0}),
+        );
+        o.insert("sliding_window_pattern".into(), 3.into());
+    });
+    let old = gemma::gemma3_spec(&c).unwrap();
+    assert_eq!(old.local_layers, spec.local_layers);
+    assert_eq!(old.windows, spec.windows);
+    let old_local = old.local_rope.unwrap();
+    assert_eq!(
+        (old_local.base, &old_local.scaling),
+        (local.base, &local.scaling)
+    );
+    assert_eq!((old.rope.base, &old.rope.scaling), (spec.rope.base, &spec.rope.scaling));
+    // The fixture's file also holds `sliding_window_pattern: 3` (what the class was given):
+    // without `layer_types`, it decides.
+    let (_dir, c) = edited("gemma3", |j| {
+        j.as_object_mut().unwrap().remove("layer_types");
+        j["num_hidden_layers"] = 6.into();
+    });
+    assert_eq!(
+        gemma::gemma3_spec(&c).unwrap().local_layers,
+        vec![true, true, false, true, true, false]
+    );
+    // Without either, Gemma 3's default: five sliding layers, then a full one.
+    let (_dir, c) = edited("gemma3", |j| {
+        let o = j.as_object_mut().unwrap();
+        o.remove("layer_types");
+        o.remove("sliding_window_pattern");
+        j["num_hidden_layers"] = 12.into();
+    });
+    let sliding = gemma::gemma3_spec(&c).unwrap().local_layers;
+    let full: Vec<usize> = (0..12).filter(|&i| !sliding[i]).collect();
+    assert_eq!(full, vec![5, 11]);
+}
+
+#[test]
+fn gpt_neox_refuses_heads_that_do_not_divide() {
+    let (_dir, c) = edited("gpt_neox", |j| j["num_attention_heads"] = 5.into());
+    let message = gpt_neox::init(&c, &crate::devices::flex())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("`hidden_size` 64") && message.contains("`num_attention_heads` 5"),
+        "{message}"
+    );
+}
+
+/// Llama 3.2 / SmolLM as downloaded: shards, a `generation_config.json` with an eos list. The
+/// folder's settings as transformers' `generate` used them: row 0 meets the first eos and
+/// pads, and the tokens equal transformers'.
+fn llama3_2_generates_with_the_folders_eos_list(device: &Device) {
+    let fx = Fixture::open("llama3_2");
+    let source = fx.source();
+    let checkpoint = fx.checkpoint();
+    assert!(
+        checkpoint.shards.len() >= 2,
+        "{source}: {} shard(s)",
+        checkpoint.shards.len()
+    );
+    let config = GenerationConfig::for_checkpoint(&checkpoint).unwrap();
+    let want_eos: Vec<i64> = fx.json["eos_token_id"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    assert_eq!(config.eos_token_ids(), want_eos, "{source}");
+    let len = fx.rows("input_ids")[0].len();
+    let expected: Vec<Vec<i64>> = fx
+        .rows("generated_eos")
+        .into_iter()
+        .map(|row| row[len..].to_vec())
+        .collect();
+    let model = burn_positional_models::load_checkpoint(&checkpoint, device)
+        .unwrap_or_else(|e| panic!("{source}: {e}"));
+    let options = GenerateOptions::from_config(&config).with_max_new_tokens(16);
+    let generated = try_generate(&model, &fx.prompts(), &options, device).unwrap();
+    assert_eq!(generated.tokens, expected, "{source}");
+}
+
+mod eos_list {
+    use super::*;
+
+    fn llama3_2(device: &Device) {
+        llama3_2_generates_with_the_folders_eos_list(device);
+    }
+
+    on_every_inference_device!(llama3_2);
+}
