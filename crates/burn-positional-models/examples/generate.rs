@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p burn-positional-models --example generate -- <dir> --ids 1,2,3
 //! cargo run --release -p burn-positional-models --example generate -- \
-//!     <dir> --prompt "The dog" [--device wgpu] [--dtype bf16] [--max-new-tokens 32] \
+//!     --model-dir <dir> --prompt "The dog" [--device wgpu] [--dtype bf16] [--max-new-tokens 32] \
 //!     [--do-sample true --temperature 0.7 --top-k 50 --top-p 0.9 --seed 1]
 //! ```
 //!
@@ -12,8 +12,9 @@
 //! end). The weights are computed in `--dtype`, by default the files' where the device has it
 //! (bf16 on flex, f32 with a notice on wgpu, whose WGSL has no bf16).
 //!
-//! The family comes from `config.json`'s `model_type` (gpt2, llama, qwen2, phi3, bloom,
-//! mistral; t5 with an encoder prompt). The settings default to the folder's
+//! The folder is the first argument or `--model-dir`. The family comes from `config.json`'s
+//! `model_type` (gpt2, llama (Llama 3.2, SmolLM), qwen2, qwen3, phi3, bloom, mistral, gemma2,
+//! gemma3_text, gpt_neox (Pythia); t5 with an encoder prompt). The settings default to the folder's
 //! generation_config.json (else config.json's token ids, as transformers): greedy unless it
 //! samples, stopping at its eos tokens. Prints the tokens (or text) and tokens per second of
 //! the prompt and of the decoding.
@@ -34,7 +35,11 @@ use clap::Parser;
 #[derive(Parser, Debug)]
 struct Args {
     /// The checkpoint folder: config.json, model.safetensors (and tokenizer.json for --prompt).
-    dir: PathBuf,
+    #[arg(required_unless_present = "model_dir", conflicts_with = "model_dir")]
+    dir: Option<PathBuf>,
+    /// The checkpoint folder, as a flag (the same as the first argument).
+    #[arg(long)]
+    model_dir: Option<PathBuf>,
     /// Text to continue (needs tokenizer.json and the `tokenizers` feature).
     #[arg(long, conflicts_with = "ids")]
     prompt: Option<String>,
@@ -112,7 +117,12 @@ fn run(args: Args) -> Result<(), String> {
     let opened = open(args.device)?;
     let device = opened.device;
     eprintln!("device: {}", opened.description);
-    let checkpoint = Checkpoint::open(&args.dir).map_err(|e| e.to_string())?;
+    let dir = args
+        .model_dir
+        .clone()
+        .or_else(|| args.dir.clone())
+        .ok_or("give the checkpoint folder: <dir> or --model-dir <dir>")?;
+    let checkpoint = Checkpoint::open(&dir).map_err(|e| e.to_string())?;
     let model_type = checkpoint
         .model_type()
         .map_err(|e| e.to_string())?
@@ -122,7 +132,7 @@ fn run(args: Args) -> Result<(), String> {
             &args
                 .tokenizer
                 .clone()
-                .unwrap_or_else(|| args.dir.join("tokenizer.json")),
+                .unwrap_or_else(|| dir.join("tokenizer.json")),
         )?),
         None => None,
     };
@@ -181,7 +191,7 @@ fn run(args: Args) -> Result<(), String> {
     let started = Instant::now();
     eprint!(
         "loading {model_type} from {} in {} ...",
-        args.dir.display(),
+        dir.display(),
         burn_positional_models::dtype_name(dtype.dtype)
     );
     // Errors (a prompt id outside the vocabulary, too many positions) name the fix.

@@ -237,7 +237,18 @@ fn hot() -> Sampling {
 /// ids, 2 rows of 12 draws: equal by chance with a negligible probability).
 #[test]
 fn a_seed_gives_the_same_tokens_on_every_device() {
-    let fx = Fixture::open("llama");
+    sampling_is_seeded("llama");
+}
+
+/// The same for Gemma 2: its capped logits through the processors, its sliding layers' cache
+/// past the window (12 draws after a 12-token prompt, window 16).
+#[test]
+fn a_seed_gives_the_same_gemma2_tokens_on_every_device() {
+    sampling_is_seeded("gemma2");
+}
+
+fn sampling_is_seeded(name: &str) {
+    let fx = Fixture::open(name);
     let prompts = fx.prompts();
     let settings = [
         hot(),
