@@ -8,10 +8,16 @@ Run by hand, from the repository root (never by CI):
     python3 tools/generation_speed.py write /tmp/burn-positional-speed   # random checkpoints
     python3 tools/generation_speed.py run /tmp/burn-positional-speed/gpt2 --batch 1
 
-`write` saves two randomly initialised checkpoints (seed 0), the same files both sides load:
+`write` saves randomly initialised checkpoints (seed 0), the same files both sides load; by default two:
 `gpt2` (GPT2Config's defaults: GPT-2 small, 124 M parameters) and `llama` (Llama-shaped,
 about 100 M: hidden 768, 12 layers, 12 heads over 4 key/value heads, intermediate 2048,
-vocabulary 32000, tied embeddings).
+vocabulary 32000, tied embeddings). Two more of that scale are written on request
+(`--models qwen3,gemma2`): `qwen3` (Qwen3Config: hidden 768, 12 layers, 12 heads over 4
+key/value heads, head_dim 64, intermediate 2048, vocabulary 32000, tied embeddings, rope_theta
+1000000, max_position_embeddings 2048) and `gemma2` (Gemma2Config: the same sizes,
+query_pre_attn_scalar 64, sliding_window 4096, softcaps 50 on the scores and 30 on the logits,
+tied embeddings; its other fields Gemma2Config's defaults: layers alternating sliding and full,
+GELU (tanh), rope_theta 10000).
 
 `run` generates, in one process: a batch of `--batch` random prompts of `--prompt` tokens
 (ids in 3..1000 from the linear congruential generator, seed 1, that the Rust sides use too), `--new` greedy tokens with `model.generate(do_sample=False,
@@ -45,7 +51,16 @@ import time
 
 import torch
 import transformers
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -85,19 +100,52 @@ def configs(layers, vocab=None):
         bos_token_id=128000,
         eos_token_id=128001,
     )
+    # The llama one's scale in the newer families: Qwen 3 (a norm on each head's queries and
+    # keys) and Gemma 2 (norms around each block, GELU, softcapped scores and logits, sliding
+    # layers), weights random.
+    qwen3 = dict(
+        vocab_size=32000,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        head_dim=64,
+        max_position_embeddings=2048,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        tie_word_embeddings=True,
+    )
+    gemma2 = dict(
+        vocab_size=32000,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        head_dim=64,
+        query_pre_attn_scalar=64,
+        sliding_window=4096,
+        attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0,
+        tie_word_embeddings=True,
+    )
     gpt2 = {}
     if layers:
         gpt2["n_layer"] = layers
-        llama["num_hidden_layers"] = layers
-        llama_1b["num_hidden_layers"] = layers
+        for config in (llama, llama_1b, qwen3, gemma2):
+            config["num_hidden_layers"] = layers
     if vocab:
         gpt2["vocab_size"] = vocab
         llama["vocab_size"] = vocab
         llama_1b.update(vocab_size=vocab, bos_token_id=1, eos_token_id=2)
+        qwen3["vocab_size"] = vocab
+        gemma2["vocab_size"] = vocab
     return {
         "gpt2": lambda: GPT2LMHeadModel(GPT2Config(**gpt2)),
         "llama": lambda: LlamaForCausalLM(LlamaConfig(**llama)),
         "llama-1b": lambda: LlamaForCausalLM(LlamaConfig(**llama_1b)),
+        "qwen3": lambda: Qwen3ForCausalLM(Qwen3Config(**qwen3)),
+        "gemma2": lambda: Gemma2ForCausalLM(Gemma2Config(**gemma2)),
     }
 
 
@@ -245,7 +293,7 @@ def main():
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write")
     w.add_argument("root")
-    w.add_argument("--models", default="gpt2,llama", help="gpt2, llama, llama-1b")
+    w.add_argument("--models", default="gpt2,llama", help="gpt2, llama, llama-1b, qwen3, gemma2")
     w.add_argument("--dtypes", default="f32", help="f32, f16, bf16")
     w.add_argument("--device", default="cpu", help="where to initialise: cpu or cuda")
     w.add_argument("--layers", type=int, default=None, help="override every model's depth")

@@ -848,9 +848,9 @@ pub fn sliding_layers(
         return Err(ModelError::Config {
             path: path.to_string(),
             detail: format!(
-                "`layer_types` has {} entries, but `num_hidden_layers` is {n_layers}: one \
-                 \"full_attention\" or \"sliding_attention\" per layer. Fix: give it \
-                 {n_layers} entries, or leave it out to take the family's pattern",
+                "`layer_types` has {} entries, but `num_hidden_layers` is {n_layers}: it \
+                 needs one \"full_attention\" or \"sliding_attention\" per layer ({n_layers} \
+                 entries), or none at all to take the family's pattern",
                 types.len()
             ),
         });
@@ -864,8 +864,8 @@ pub fn sliding_layers(
             other => Err(ModelError::Config {
                 path: path.to_string(),
                 detail: format!(
-                    "`layer_types[{i}]` is \"{other}\"; this port reads \"full_attention\" and \
-                     \"sliding_attention\". Fix: use one of them"
+                    "`layer_types[{i}]` is \"{other}\"; this port reads only \
+                     \"full_attention\" and \"sliding_attention\""
                 ),
             }),
         })
@@ -883,8 +883,8 @@ pub fn check_window(window: Option<usize>, path: &str) -> Result<Option<usize>, 
         return Err(ModelError::Config {
             path: path.to_string(),
             detail: "`sliding_window` is 0, a window that hides every key, the query's own \
-                     included; it must be at least 1. Fix: give the window the checkpoint was \
-                     trained with, or null for full attention"
+                     included; it must be at least 1 (the window the checkpoint was trained \
+                     with), or null for full attention"
                 .into(),
         });
     }
@@ -900,9 +900,12 @@ pub fn check_window(window: Option<usize>, path: &str) -> Result<Option<usize>, 
 /// the layer's rule ([`burn_positional::check_softcap`]).
 pub fn check_cap(field: &str, cap: Option<f64>, path: &str) -> Result<Option<f64>, ModelError> {
     if let Some(c) = cap {
-        burn_positional::check_softcap(c).map_err(|e| ModelError::Config {
+        burn_positional::check_softcap(c).map_err(|_| ModelError::Config {
             path: path.to_string(),
-            detail: format!("`{field}` is {c}: {e}"),
+            detail: format!(
+                "`{field}` is {c}: a softcap divides the scores and bounds them to (-cap, cap), \
+                 so it must be a positive finite number, or null to cap nothing"
+            ),
         })?;
     }
     Ok(cap)

@@ -178,8 +178,8 @@ fn check_common(
         return Err(ModelError::Config {
             path: path.to_string(),
             detail: "`use_bidirectional_attention` is true: an encoder (EmbeddingGemma) whose \
-                     tokens see both ways; this port is the causal language model. Fix: load \
-                     a causal checkpoint, or set it to false if the weights were trained causal"
+                     tokens see both ways; this port is the causal language model (load a \
+                     causal checkpoint, or set it to false if the weights were trained causal)"
                 .into(),
         });
     }
@@ -188,8 +188,8 @@ fn check_common(
             path: path.to_string(),
             detail: format!(
                 "`query_pre_attn_scalar` is {query_pre_attn_scalar}; scores are scaled by its \
-                 inverse square root, so it must be a positive number. Fix: give the \
-                 checkpoint's value (Gemma: 256, or hidden_size / num_attention_heads)"
+                 inverse square root, so it must be a positive number (Gemma: 256, or \
+                 hidden_size / num_attention_heads)"
             ),
         });
     }
@@ -254,7 +254,8 @@ pub fn gemma3_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
             return Err(ModelError::Config {
                 path,
                 detail: "`sliding_window_pattern` is 0: layer i is full when (i + 1) is a \
-                         multiple of it. Fix: give the pattern (Gemma 3: 6), or `layer_types`"
+                         multiple of it, so it must be at least 1 (Gemma 3: 6), or give \
+                         `layer_types`"
                     .into(),
             });
         }

@@ -205,7 +205,7 @@ pub fn init(checkpoint: &Checkpoint, device: &Device) -> Result<GptNeox, ModelEr
             path,
             detail: format!(
                 "`hidden_size` {hidden} is not a multiple of `num_attention_heads` {heads}: \
-                 GPT-NeoX's head size is their quotient. Fix: give sizes that divide"
+                 GPT-NeoX's head size is their quotient, so the heads must divide the width"
             ),
         });
     }

@@ -162,6 +162,10 @@ in_its_dtype!(
     bert_bf16,
     t5_bf16,
     t5_v1_1_bf16,
+    qwen3_bf16,
+    gemma2_bf16,
+    gemma3_bf16,
+    gpt_neox_bf16,
     gpt2_f16,
     llama_f16
 );
@@ -179,6 +183,10 @@ mod on_flex {
         bert_bf16,
         t5_bf16,
         t5_v1_1_bf16,
+        qwen3_bf16,
+        gemma2_bf16,
+        gemma3_bf16,
+        gpt_neox_bf16,
         gpt2_f16,
         llama_f16,
         f32_file_in_f16
