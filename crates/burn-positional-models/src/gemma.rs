@@ -33,6 +33,18 @@ use crate::decoder::{
 };
 
 /// `Gemma2Config`'s fields the port reads, with transformers 5.24's defaults.
+///
+/// `#[non_exhaustive]`, as every port's config: start from the defaults (or
+/// [`Checkpoint::config`]) and assign.
+///
+/// ```
+/// use burn_positional_models::gemma::Gemma2Config;
+///
+/// let mut config = Gemma2Config::default();
+/// config.final_logit_softcapping = None;
+/// assert_eq!(config.attn_logit_softcapping, Some(50.0));
+/// assert_eq!(config.query_pre_attn_scalar, 256.0);
+/// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 #[non_exhaustive]
