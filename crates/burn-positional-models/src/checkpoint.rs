@@ -167,7 +167,7 @@ impl Checkpoint {
             .map(|(name, _)| parse_dtype(name).expect("a dtype name of ours")))
     }
 
-    /// The dtype the weights will be computed in on `device`: the one [`with_dtype`]
+    /// The dtype the weights will be computed in on `device`: the one [`with_dtype`](Self::with_dtype)
     /// (Self::with_dtype) asked for, else the files' where the device computes in it, else f32
     /// with a [`notice`](ComputeDtype::notice).
     ///

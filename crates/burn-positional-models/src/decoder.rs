@@ -498,7 +498,10 @@ impl DecoderAttention {
             (_, _, QkvLayout::Interleaved) => {
                 // GPT-NeoX: `view(batch, seq, heads, 3 head_dim).chunk(3, -1)`.
                 let qkv = project(&self.qkv.query, x).reshape([batch, seq, h, 3 * d]);
-                let part = |i: usize| qkv.clone().slice([0..batch, 0..seq, 0..h, i * d..(i + 1) * d]);
+                let part = |i: usize| {
+                    qkv.clone()
+                        .slice([0..batch, 0..seq, 0..h, i * d..(i + 1) * d])
+                };
                 (part(0), part(1), part(2))
             }
         };
@@ -589,7 +592,9 @@ impl Decoder {
                     .attention
                     .forward(norm(&layer.input_norm, x.clone()), rope, step, cache);
             x = x + out_norm(&layer.attention_out_norm, attended);
-            let mlp = layer.mlp.forward(norm(&layer.post_attention_norm, x.clone()));
+            let mlp = layer
+                .mlp
+                .forward(norm(&layer.post_attention_norm, x.clone()));
             x = x + out_norm(&layer.mlp_out_norm, mlp);
         }
         norm(&self.norm, x)
@@ -657,7 +662,13 @@ pub fn rms_norm_with<const D: usize>(style: NormStyle, norm: &RmsNorm, x: Tensor
     };
     let variance = wide.clone().square().mean_dim(D - 1);
     let normed = wide * (variance + norm.epsilon).sqrt().recip();
-    let back = |t: Tensor<D>| if dtype == DType::F32 { t } else { t.cast(dtype) };
+    let back = |t: Tensor<D>| {
+        if dtype == DType::F32 {
+            t
+        } else {
+            t.cast(dtype)
+        }
+    };
     match style {
         NormStyle::Llama => back(normed) * norm.gamma.val().unsqueeze(),
         NormStyle::Gemma => {
@@ -812,10 +823,16 @@ pub fn load(
     device: &Device,
 ) -> Result<Decoder, ModelError> {
     let mut model = spec.init(device)?;
-    checkpoint.load(&mut model, &remaps_for(spec.fused, spec.sandwich_norms), device)?;
+    checkpoint.load(
+        &mut model,
+        &remaps_for(spec.fused, spec.sandwich_norms),
+        device,
+    )?;
     if spec.embed_scale {
-        model.embed.token_scale =
-            in_dtype(model.embed.tokens.val().dtype(), (spec.hidden_size as f64).sqrt());
+        model.embed.token_scale = in_dtype(
+            model.embed.tokens.val().dtype(),
+            (spec.hidden_size as f64).sqrt(),
+        );
     }
     Ok(model)
 }

@@ -219,7 +219,11 @@ fn check_common(
 pub fn gemma2_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
     let c: Gemma2Config = checkpoint.config()?;
     let path = checkpoint.config_path.display().to_string();
-    let scale = check_common(c.use_bidirectional_attention, c.query_pre_attn_scalar, &path)?;
+    let scale = check_common(
+        c.use_bidirectional_attention,
+        c.query_pre_attn_scalar,
+        &path,
+    )?;
     let window = check_window(c.sliding_window, &path)?;
     let sliding = match &c.layer_types {
         Some(types) => sliding_layers(types, c.num_hidden_layers, &path)?,
@@ -243,7 +247,10 @@ pub fn gemma2_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
                 activation: Activation::from_hf(&c.hidden_activation, &path)?,
                 scale,
             },
-            sliding.iter().map(|&s| if s { window } else { None }).collect(),
+            sliding
+                .iter()
+                .map(|&s| if s { window } else { None })
+                .collect(),
             RopeConfig::from_hf_config(&checkpoint.config_text)?,
         )
     })
@@ -258,7 +265,11 @@ pub fn gemma2_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
 pub fn gemma3_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
     let c: Gemma3TextConfig = checkpoint.config()?;
     let path = checkpoint.config_path.display().to_string();
-    let scale = check_common(c.use_bidirectional_attention, c.query_pre_attn_scalar, &path)?;
+    let scale = check_common(
+        c.use_bidirectional_attention,
+        c.query_pre_attn_scalar,
+        &path,
+    )?;
     let window = check_window(c.sliding_window, &path)?;
     let sliding = match &c.layer_types {
         Some(types) => sliding_layers(types, c.num_hidden_layers, &path)?,
@@ -281,10 +292,7 @@ pub fn gemma3_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
     let text = &checkpoint.config_text;
     let full = RopeConfig::from_hf_config_layer(text, "full_attention")?;
     let local = if sliding.iter().any(|&s| s) {
-        Some(RopeConfig::from_hf_config_layer(
-            text,
-            "sliding_attention",
-        )?)
+        Some(RopeConfig::from_hf_config_layer(text, "sliding_attention")?)
     } else {
         None
     };
@@ -307,7 +315,10 @@ pub fn gemma3_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
                 activation: Activation::from_hf(&c.hidden_activation, &path)?,
                 scale,
             },
-            sliding.iter().map(|&s| if s { window } else { None }).collect(),
+            sliding
+                .iter()
+                .map(|&s| if s { window } else { None })
+                .collect(),
             full,
         )
     })

@@ -217,7 +217,7 @@ pub struct Generated {
 
 /// How [`try_generate`] (and [`t5::try_generate`](crate::t5::try_generate)) generate: length,
 /// special tokens, sampling and its seed. Built from a checkpoint's
-/// [`GenerationConfig`](crate::GenerationConfig) with [`from_config`](Self::from_config) or
+/// [`GenerationConfig`] with [`from_config`](Self::from_config) or
 /// greedy with [`greedy`](Self::greedy); every field can be set after.
 ///
 /// `#[non_exhaustive]`: a new setting is not a break. Build from [`greedy`](Self::greedy) or
@@ -230,7 +230,7 @@ pub struct GenerateOptions {
     pub max_new_tokens: Option<usize>,
     /// Input and new tokens together at most, the input being the padded prompt (decoder-only)
     /// or the decoder's start token (T5); used without `max_new_tokens`. Without either,
-    /// [`DEFAULT_NEW_TOKENS`](crate::generation_config::DEFAULT_NEW_TOKENS).
+    /// [`crate::generation_config::DEFAULT_NEW_TOKENS`].
     pub max_length: Option<usize>,
     /// Padding left of the shorter prompts (right of T5's), and after a row's eos.
     pub pad_token_id: i64,

@@ -125,9 +125,9 @@ impl GptNeoxLayer {
         step: &Step,
         cache: Option<&mut KvCache>,
     ) -> Tensor<3> {
-        let attended = self
-            .attention
-            .forward(self.input_norm.forward(x.clone()), rope, step, cache);
+        let attended =
+            self.attention
+                .forward(self.input_norm.forward(x.clone()), rope, step, cache);
         if self.parallel {
             let mlp = self.mlp(self.post_attention_norm.forward(x.clone()));
             mlp + attended + x

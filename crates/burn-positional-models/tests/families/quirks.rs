@@ -8,15 +8,17 @@ use burn::tensor::Device;
 use burn_positional::RopeScaling;
 use burn_positional_models::decoder::DecoderSpec;
 use burn_positional_models::{
-    Checkpoint, GenerateOptions, GenerationConfig, ModelError, gemma, gpt_neox, qwen3,
-    try_generate,
+    Checkpoint, GenerateOptions, GenerationConfig, ModelError, gemma, gpt_neox, qwen3, try_generate,
 };
 
 use crate::fixture::Fixture;
 
 /// A copy of fixture `name`'s folder with its config.json edited by `edit` (the weights are
 /// not needed to read a config).
-fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> (tempfile::TempDir, Checkpoint) {
+fn edited(
+    name: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> (tempfile::TempDir, Checkpoint) {
     let fx = Fixture::open(name);
     let mut json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fx.dir.join("config.json")).unwrap())
@@ -104,7 +106,12 @@ fn gemma2_reads_its_quirks() {
 #[test]
 fn gemma_refuses_bad_values_by_name() {
     let cases: [(&str, &str, serde_json::Value, &[&str]); 9] = [
-        ("gemma2", "sliding_window", 0.into(), &["`sliding_window` is 0"]),
+        (
+            "gemma2",
+            "sliding_window",
+            0.into(),
+            &["`sliding_window` is 0"],
+        ),
         (
             "gemma2",
             "final_logit_softcapping",
@@ -152,7 +159,12 @@ fn gemma_refuses_bad_values_by_name() {
             0.into(),
             &["`query_pre_attn_scalar` is 0"],
         ),
-        ("gemma3", "sliding_window", 0.into(), &["`sliding_window` is 0"]),
+        (
+            "gemma3",
+            "sliding_window",
+            0.into(),
+            &["`sliding_window` is 0"],
+        ),
     ];
     for (name, field, value, parts) in cases {
         let (_dir, c) = edited(name, |j| j[field] = value.clone());
@@ -211,7 +223,10 @@ fn gemma3_reads_two_rotary_bases_and_the_layer_pattern() {
         (old_local.base, &old_local.scaling),
         (local.base, &local.scaling)
     );
-    assert_eq!((old.rope.base, &old.rope.scaling), (spec.rope.base, &spec.rope.scaling));
+    assert_eq!(
+        (old.rope.base, &old.rope.scaling),
+        (spec.rope.base, &spec.rope.scaling)
+    );
     // The fixture's file also holds `sliding_window_pattern: 3` (what the class was given):
     // without `layer_types`, it decides.
     let (_dir, c) = edited("gemma3", |j| {

@@ -19,8 +19,8 @@ mod softcap;
 
 pub(crate) use attend::CompactBias;
 pub use attend::{AttendOptions, AttentionBias, AttentionPositions, Window, attend, try_attend};
-pub use softcap::{check_softcap, softcap, try_softcap};
 pub use block::SelfAttention;
 pub use config::SelfAttentionConfig;
 pub use input::{AttentionInput, AttentionOutput, padding_mask};
 pub use kv_cache::KvCache;
+pub use softcap::{check_softcap, softcap, try_softcap};

@@ -104,10 +104,13 @@ mod tests {
         let xs: Vec<f32> = (-200..=200).map(|i| i as f32 * 0.75).collect();
         let cap = 7.0;
         let n = xs.len();
-        let got = softcap(Tensor::<1>::from_data(TensorData::new(xs.clone(), [n]), &device), cap)
-            .into_data()
-            .try_to_vec::<f32>()
-            .unwrap();
+        let got = softcap(
+            Tensor::<1>::from_data(TensorData::new(xs.clone(), [n]), &device),
+            cap,
+        )
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
         for (i, g) in got.iter().enumerate() {
             assert!(g.abs() <= cap as f32, "{g} outside the cap");
             assert_eq!(*g, -got[got.len() - 1 - i], "not odd at {i}");
