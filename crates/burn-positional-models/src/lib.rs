@@ -62,6 +62,7 @@
 pub mod bert;
 pub mod bloom;
 mod checkpoint;
+mod config_checks;
 pub mod decoder;
 pub mod dinov2;
 mod error;
@@ -72,6 +73,7 @@ pub mod gpt2;
 pub mod gpt_neox;
 pub mod llama;
 pub mod mistral;
+mod ops;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
