@@ -2,6 +2,10 @@
 """Whole-model fixtures for `burn-positional-models`: tiny random Hugging Face checkpoints and what
 transformers computes with them (forward logits, greedy generation and the logits of every step).
 
+One script past 700 lines for one reason: every whole-model fixture goes through the same
+checks (margins, a cache-free forward per step, the reload) and the same folder format, and the
+"Source facts" below are what the Rust ports are read against; split, they would drift apart.
+
 Run by hand (never by CI, which reads the committed files), from the repository root:
 
     pip install torch==2.6.0 transformers==5.24.0 safetensors
