@@ -227,6 +227,27 @@ fn gemma3_reads_two_rotary_bases_and_the_layer_pattern() {
         (old.rope.base, &old.rope.scaling),
         (spec.rope.base, &spec.rope.scaling)
     );
+    // gemma-3-1b's own file: `rope_scaling: null`, no `layer_types`, pattern 6.
+    let (_dir, c) = edited("gemma3", |j| {
+        let o = j.as_object_mut().unwrap();
+        o.remove("rope_parameters");
+        o.remove("layer_types");
+        o.insert("rope_theta".into(), 1e6.into());
+        o.insert("rope_local_base_freq".into(), 10_000.0.into());
+        o.insert("rope_scaling".into(), serde_json::Value::Null);
+        o.insert("sliding_window_pattern".into(), 6.into());
+        o.insert("num_hidden_layers".into(), 6.into());
+    });
+    let one_b = gemma::gemma3_spec(&c).unwrap();
+    assert_eq!(
+        (one_b.rope.base, &one_b.rope.scaling),
+        (1e6, &RopeScaling::None)
+    );
+    assert_eq!(one_b.local_rope.unwrap().base, 10_000.0);
+    assert_eq!(
+        one_b.local_layers,
+        vec![true, true, true, true, true, false]
+    );
     // The fixture's file also holds `sliding_window_pattern: 3` (what the class was given):
     // without `layer_types`, it decides.
     let (_dir, c) = edited("gemma3", |j| {
