@@ -60,7 +60,8 @@ pub fn swap_first_and_last(x: Tensor<3>) -> Tensor<3> {
     x.select(1, Tensor::<1, Int>::from_data([2, 1, 0], &device))
 }
 
-fn max_abs(t: Tensor<3>) -> f32 {
+/// The largest `|t|`, read back (the demos' reports; never on a model's path).
+pub(crate) fn max_abs(t: Tensor<3>) -> f32 {
     t.abs().max().into_scalar::<f32>()
 }
 

@@ -24,6 +24,7 @@ use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 
+use crate::dog_bites_man::max_abs;
 use crate::red_left_of_blue::{self, CHANNELS, GRID, PATCH, Picture, SIZE};
 use crate::rng::SplitMix64;
 use crate::schemes::GridScheme;
@@ -102,10 +103,6 @@ pub fn shuffle(seed: u64) -> Vec<usize> {
             return order;
         }
     }
-}
-
-fn max_abs(t: Tensor<3>) -> f32 {
-    t.abs().max().into_scalar::<f32>()
 }
 
 /// One randomly initialized block's outputs on A = a picture and B = the same picture with its
