@@ -77,19 +77,18 @@ pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numer
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
     #[comptime] per_unit: usize,
-    #[comptime] group: usize,
     #[comptime] bias_slots: usize,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
     if CUBE_POS_X < p.key_tiles {
         key_cube::<F, C, I, J, P>(
             q, k, v, bias, padding, positions, segments, delta, lse, grad, dk, dv, &p, d_head, d_v,
-            per_unit, group,
+            per_unit,
         );
     } else {
         query_cube::<F, C, I, J, P>(
             q, k, v, bias, padding, positions, segments, delta, lse, grad, dq, dbias, &p, d_head,
-            d_v, per_unit, group, bias_slots,
+            d_v, per_unit, bias_slots,
         );
     }
 }
@@ -114,10 +113,10 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
     #[comptime] per_unit: usize,
-    #[comptime] group: usize,
 ) {
     let seq_q = p.seq_q as usize;
     let seq_k = p.seq_k as usize;
+    let group = p.group as usize;
     let kv_head = CUBE_POS_Y as usize;
     let b = CUBE_POS_Z as usize;
     let j0 = (CUBE_POS_X as usize * CUBE_DIM_X as usize + UNIT_POS_X as usize) * per_unit;
@@ -220,11 +219,11 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
     #[comptime] per_unit: usize,
-    #[comptime] group: usize,
     #[comptime] bias_slots: usize,
 ) {
     let seq_q = p.seq_q as usize;
     let seq_k = p.seq_k as usize;
+    let group = p.group as usize;
     let rows = p.rows as usize;
     let kv_head = CUBE_POS_Y as usize;
     let b = CUBE_POS_Z as usize;
@@ -557,11 +556,11 @@ pub(crate) fn launch_backward(
         Some(plan) => (plan.per_unit, plan.units, plan.rows, plan.stage),
         None => {
             let per_unit = per_unit(&sizes);
-            // As the forward's register cubes (a power of two: fewer compiled variants). A
-            // fixed 32 units compiled fewer still, but the demo's 3-token training on lavapipe
-            // took 204 s with it against 192 s with these (`dog_bites_man on_wgpu`, Mesa's
-            // cache empty, one run each; the second built with `-p burn-positional-examples`).
-            let units_per_head = super::units_per_head(sizes.seq_q, per_unit, group);
+            // As the forward's register cubes: 32 units whatever the lengths, so one compiled
+            // kernel serves every length of a width and rows per unit (issue 70; with cubes
+            // sized by the lengths, the demo's 3-token training on lavapipe had taken 192 s
+            // against 204 s with 32, where the kernels' test compiled a kernel per length class).
+            let units_per_head = super::units_per_head(group);
             let units = group * units_per_head;
             (per_unit, units, units_per_head * per_unit, None)
         }
@@ -616,7 +615,6 @@ pub(crate) fn launch_backward(
                     sizes.d_head,
                     sizes.d_v,
                     per_unit,
-                    group,
                     bias_slots,
                     $($stage,)?
                     dtypes,

@@ -79,7 +79,6 @@ pub(super) fn flash_backward_shared_kernel<F: Float, C: Float, I: Int, J: Int, P
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
     #[comptime] per_unit: usize,
-    #[comptime] group: usize,
     #[comptime] bias_slots: usize,
     #[comptime] stage: usize,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
@@ -87,12 +86,12 @@ pub(super) fn flash_backward_shared_kernel<F: Float, C: Float, I: Int, J: Int, P
     if CUBE_POS_X < p.key_tiles {
         key_cube::<F, C, I, J, P>(
             q, k, v, bias, padding, positions, segments, delta, lse, grad, dk, dv, &p, d_head, d_v,
-            per_unit, group, stage,
+            per_unit, stage,
         );
     } else {
         query_cube::<F, C, I, J, P>(
             q, k, v, bias, padding, positions, segments, delta, lse, grad, dq, dbias, &p, d_head,
-            d_v, per_unit, group, bias_slots, stage,
+            d_v, per_unit, bias_slots, stage,
         );
     }
 }
@@ -117,11 +116,11 @@ fn key_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
     #[comptime] per_unit: usize,
-    #[comptime] group: usize,
     #[comptime] stage: usize,
 ) {
     let seq_q = p.seq_q as usize;
     let seq_k = p.seq_k as usize;
+    let group = p.group as usize;
     let kv_head = CUBE_POS_Y as usize;
     let b = CUBE_POS_Z as usize;
     let unit = UNIT_POS_X as usize;
@@ -269,12 +268,12 @@ fn query_cube<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
     #[comptime] per_unit: usize,
-    #[comptime] group: usize,
     #[comptime] bias_slots: usize,
     #[comptime] stage: usize,
 ) {
     let seq_q = p.seq_q as usize;
     let seq_k = p.seq_k as usize;
+    let group = p.group as usize;
     let rows = p.rows as usize;
     let kv_head = CUBE_POS_Y as usize;
     let b = CUBE_POS_Z as usize;
@@ -438,9 +437,8 @@ pub(super) fn plan(
         .min(sizes.seq_q)
         .min(sizes.seq_k)
         .max(1);
-    let units_per_head = (CUBE_UNITS / group)
-        .max(1)
-        .min(sizes.seq_q.div_ceil(per_unit));
+    // Whatever the lengths, as the forward's (`shared.rs`).
+    let units_per_head = (CUBE_UNITS / group).max(1);
     let units = (group * units_per_head).next_multiple_of(PLANE);
     if units > hardware.max_units_per_cube as usize {
         return None;

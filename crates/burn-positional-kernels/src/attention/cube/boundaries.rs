@@ -117,7 +117,7 @@ pub(crate) fn boundaries(
         }
     }
     // The register backward's key cubes hold `units x per_unit` keys.
-    let units = group * super::units_per_head(long.seq_q, per_unit, group);
+    let units = group * super::units_per_head(group);
     around(&mut keys, units * per_unit);
     FlashBoundaries {
         queries: queries.into_iter().collect(),

@@ -170,6 +170,11 @@ fn forward(
             kernel,
         ));
     }
+    // The shared and register kernels take the group at run time, in cubes of the same size
+    // for every group: one specialization serves them all (named by the first group).
+    if group != GROUPS[0] {
+        return;
+    }
     let plans = [
         shared::plan(&sizes, group, dtype.size(), &properties.hardware),
         Some(registers::plan(&sizes, group)),
@@ -197,7 +202,6 @@ fn forward(
                     d_v,
                     plan.per_unit,
                     $keys,
-                    group,
                     dtypes,
                 )
             };
@@ -315,12 +319,16 @@ fn backward(
             queries,
         ));
     }
+    // As the forward's: one specialization of the shared and register kernels for every group.
+    if group != GROUPS[0] {
+        return;
+    }
     let shared = backward_shared::plan(&sizes, group, dtype.size(), &properties.hardware);
     let register_units = {
         let per_unit = backward::per_unit(&sizes);
         (
             per_unit,
-            group * super::units_per_head(sizes.seq_q, per_unit, group),
+            group * super::units_per_head(group),
         )
     };
     let plans = [
@@ -354,7 +362,6 @@ fn backward(
                     d_head,
                     d_v,
                     per_unit,
-                    group,
                     bias_slots,
                     $($stage,)?
                     dtypes,
@@ -396,7 +403,7 @@ fn storage_types(dtype: DType) -> [cubecl::ir::ElemType; 5] {
 
 /// Run-time values for a kernel that is only compiled.
 fn scalars() -> ScalarsLaunch {
-    ScalarsLaunch::new(1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1.0, 1.0, -1.0, 0, 0, 1)
+    ScalarsLaunch::new(1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1.0, 1.0, -1.0, 0, 0, 1)
 }
 
 #[cfg(test)]

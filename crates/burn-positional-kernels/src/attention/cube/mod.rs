@@ -74,10 +74,13 @@ const KEY_BLOCK: usize = 8;
 const POSITION_LIMIT: usize = 1 << 30;
 
 /// The launch's run-time values, uniform across it: one compiled kernel per head width and
-/// group serves every option (the `flags`).
+/// rows per unit serves every option (the `flags`), grouping and length.
 #[derive(CubeType, CubeLaunch, Clone)]
 struct Scalars {
     n_heads: u32,
+    /// Query heads per key/value head (`n_heads / n_kv_heads`). A run-time value: one compiled
+    /// kernel serves every grouping.
+    group: u32,
     seq_q: u32,
     seq_k: u32,
     /// Query rows per head in one cube.
@@ -114,15 +117,13 @@ struct Plan {
     stage: Option<usize>,
 }
 
-/// Units per head of a register or backward cube: enough for `seq_q` rows of `per_unit`,
-/// rounded up to a power of two, and at most 32 units per cube (at least one per head of the
-/// group). The cube's size is part of the compiled kernel, and each variant costs seconds of
-/// LLVM on lavapipe: rounded, lengths 9 to 16 tiles share one (the units past `seq_q` only
-/// find their rows missing).
-fn units_per_head(seq_q: usize, per_unit: usize, group: usize) -> usize {
-    (32 / group)
-        .max(1)
-        .min(seq_q.div_ceil(per_unit).next_power_of_two())
+/// Units per head of a register or backward cube: 32 units per cube (at least one per head of
+/// the group), whatever the lengths. The cube's size is part of the compiled kernel, and each
+/// one costs seconds of LLVM on lavapipe: sized by the lengths (a power of two up to 32), the
+/// kernels' test compiled a kernel per length class (issue 70). Units past `seq_q` find their
+/// rows missing and skip the key walk.
+fn units_per_head(group: usize) -> usize {
+    (32 / group).max(1)
 }
 
 /// The row of the positions tensor that sequence `b` reads (row 0 when shared).
@@ -644,8 +645,8 @@ pub(crate) fn launch(
     // or `b` of `[1 or batch, seq_q + seq_k]`, segments at row `b` of `[batch, seq_q + seq_k]`
     // and padding at row `b` of `[batch, seq_k]`, each only when `args` says it is given (the
     // api checked those shapes). The shared variant's plan fits the device's shared memory and
-    // cube size. Both kernels take the same arguments; the fifth comptime one is the keys per
-    // block (registers) or per stage (shared).
+    // cube size. Both kernels take the same arguments; the fourth comptime one is the keys per
+    // block (registers) or per stage (shared). The group is a run-time value (`Scalars`).
     macro_rules! launch_with {
         ($kernel:path, $keys:expr) => {
             unsafe {
@@ -667,7 +668,6 @@ pub(crate) fn launch(
                     sizes.d_v,
                     plan.per_unit,
                     $keys,
-                    group,
                     dtypes,
                 )
             }

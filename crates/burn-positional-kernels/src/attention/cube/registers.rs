@@ -49,10 +49,10 @@ pub(super) fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Nume
     #[comptime] d_v: usize,
     #[comptime] per_unit: usize,
     #[comptime] block: usize,
-    #[comptime] group: usize,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
     let seq_k = p.seq_k as usize;
+    let group = p.group as usize;
     let rows = p.rows as usize;
     let kv_head = CUBE_POS_Y as usize;
     let b = CUBE_POS_Z as usize;
@@ -73,6 +73,10 @@ pub(super) fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Nume
     // Keys in blocks of `block`: scores first, then one rescale per row and block.
     let mut s = Array::<C>::new(per_unit * block);
     let mut j0 = k_lo;
+    // A unit past the rows (the cube has 32 units whatever the lengths) walks no key.
+    if i0 >= p.seq_q as usize {
+        j0 = k_hi;
+    }
     while j0 < k_hi {
         #[unroll]
         for c in 0..block {
@@ -123,8 +127,8 @@ pub(super) fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Nume
 /// Rows per unit: each key and value element loaded serves this many queries (fewer for wide
 /// heads, whose rows take more registers). A power of two no larger than seq_q: a decoding step
 /// (one query) keeps one row per unit, and there are at most four compiled variants per head
-/// width. About 32 units per cube, at least one per head of the group
-/// ([`units_per_head`](super::units_per_head)).
+/// width, whatever the group (a run-time value). 32 units per cube whatever the lengths, at
+/// least one per head of the group ([`units_per_head`](super::units_per_head)).
 pub(super) fn plan(sizes: &Sizes, group: usize) -> Plan {
     let per_unit = match sizes.d_head + sizes.d_v {
         0..=96 => 8,
@@ -132,7 +136,7 @@ pub(super) fn plan(sizes: &Sizes, group: usize) -> Plan {
         _ => 1,
     }
     .min(1 << sizes.seq_q.ilog2());
-    let units_per_head = super::units_per_head(sizes.seq_q, per_unit, group);
+    let units_per_head = super::units_per_head(group);
     Plan {
         per_unit,
         rows: units_per_head * per_unit,

@@ -16,6 +16,7 @@ use crate::attention::tile::{BiasKind, TileArgs};
 /// kernels' limits.
 pub(super) struct ScalarValues {
     pub(super) n_heads: u32,
+    pub(super) group: u32,
     pub(super) seq_q: u32,
     pub(super) seq_k: u32,
     pub(super) rows: u32,
@@ -79,6 +80,7 @@ impl ScalarValues {
         .fold(0, |flags, (_, bit)| flags | bit);
         Self {
             n_heads: u32_of(sizes.n_heads, "n_heads"),
+            group: u32_of(sizes.n_heads / sizes.n_kv_heads.max(1), "the group"),
             seq_q: u32_of(sizes.seq_q, "seq_q"),
             seq_k: u32_of(sizes.seq_k, "seq_k"),
             rows: u32_of(rows, "rows"),
@@ -100,6 +102,7 @@ impl ScalarValues {
     pub(super) fn launch(&self) -> ScalarsLaunch {
         ScalarsLaunch::new(
             self.n_heads,
+            self.group,
             self.seq_q,
             self.seq_k,
             self.rows,

@@ -87,10 +87,10 @@ pub(super) fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
     #[comptime] d_v: usize,
     #[comptime] per_unit: usize,
     #[comptime] stage: usize,
-    #[comptime] group: usize,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
     let seq_q = p.seq_q as usize;
+    let group = p.group as usize;
     let seq_k = p.seq_k as usize;
     let rows = p.rows as usize;
     let kv_head = CUBE_POS_Y as usize;
@@ -241,9 +241,10 @@ pub(super) fn plan(
     hardware: &HardwareProperties,
 ) -> Option<Plan> {
     let per_unit = if sizes.d_head + sizes.d_v <= 64 { 2 } else { 1 }.min(sizes.seq_q);
-    let units_per_head = (CUBE_UNITS / group)
-        .max(1)
-        .min(sizes.seq_q.div_ceil(per_unit));
+    // Whatever the lengths: the cube's size is part of the compiled kernel (issue 70: sized by
+    // `seq_q`, the kernels' test compiled one per length class, each seconds of LLVM on
+    // lavapipe). A short call's idle units still load the stages.
+    let units_per_head = (CUBE_UNITS / group).max(1);
     let units = (group * units_per_head).next_multiple_of(PLANE);
     if units > hardware.max_units_per_cube as usize {
         return None;
