@@ -46,7 +46,8 @@ const STEPS: usize = 120;
 const BLIND_STEPS: usize = 3;
 /// The schemes trained, and their steps: the blind one, and the 2D scheme that separates the
 /// held-out pictures soonest and most steadily in those measurements.
-const TRAINED: [(GridScheme, usize); 2] = [(GridScheme::None, BLIND_STEPS), (GridScheme::Rope, STEPS)];
+const TRAINED: [(GridScheme, usize); 2] =
+    [(GridScheme::None, BLIND_STEPS), (GridScheme::Rope, STEPS)];
 /// Steps of the two short runs that must give the same numbers: every operation of training
 /// (forward, backward, Adam) runs in each step.
 const SAME_TWICE_STEPS: usize = 3;
@@ -292,7 +293,10 @@ fn check_same_twice(name: &str, first: &Run, second: &Run) {
 
 /// Every scheme, trained `steps` steps.
 fn every_scheme(steps: usize) -> Vec<(GridScheme, usize)> {
-    GridScheme::ALL.iter().map(|&scheme| (scheme, steps)).collect()
+    GridScheme::ALL
+        .iter()
+        .map(|&scheme| (scheme, steps))
+        .collect()
 }
 
 fn flex() -> Device {

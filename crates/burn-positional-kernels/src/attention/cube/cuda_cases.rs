@@ -326,10 +326,7 @@ fn backward(
     let shared = backward_shared::plan(&sizes, group, dtype.size(), &properties.hardware);
     let register_units = {
         let per_unit = backward::per_unit(&sizes);
-        (
-            per_unit,
-            group * super::units_per_head(group),
-        )
+        (per_unit, group * super::units_per_head(group))
     };
     let plans = [
         shared.map(|plan| (plan.per_unit, plan.units, plan.stage)),
