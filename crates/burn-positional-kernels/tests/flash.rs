@@ -17,7 +17,7 @@ use burn_positional_kernels::{
 };
 
 mod common;
-use common::{devices, host_devices, wgpu_devices};
+use common::{devices, host_devices, twin_device, wgpu_devices};
 
 const BATCH: usize = 3;
 const HEADS: usize = 4;
@@ -264,28 +264,13 @@ fn close<const N: usize>(got: Tensor<N>, want: Tensor<N>, tolerance: f32, what: 
 fn check_cases(devices: &[Device], cases: &[Case]) -> u64 {
     let mut calls = 0;
     for device in devices {
-        twin_device(device).seed(3);
+        twin_device(device.is_autodiff()).seed(3);
         for case in cases {
             check_case(device, case);
             calls += 1;
         }
     }
     calls
-}
-
-/// Where the slow twin runs for a kernel on `device`: flex, with autodiff where `device` has
-/// it. The twin is burn's own ops tile by tile: on lavapipe they compile a fused kernel, a
-/// matrix product or a reduction for nearly every new shape, each seconds of LLVM with Mesa's
-/// cache empty (issue 70: most of this file's 1,100 s there), and burn-ndarray's ops run
-/// unoptimized in the test build; on flex they compile nothing and call the optimized gemm.
-/// The inputs are drawn on the twin's device and copied to the kernel's, so both see the same
-/// numbers.
-fn twin_device(device: &Device) -> Device {
-    if device.is_autodiff() {
-        Device::flex().autodiff()
-    } else {
-        Device::flex()
-    }
 }
 
 /// `t`'s values on `device`, tracked there where `device` has autodiff.
@@ -295,7 +280,9 @@ fn moved<const N: usize>(t: &Tensor<N>, device: &Device) -> Tensor<N> {
 
 fn check_case(device: &Device, case: &Case) {
     let what = format!("{device:?} {case:?}");
-    let twin = twin_device(device);
+    // The twin on flex (`common::twin_device`); the inputs drawn there and copied to the
+    // kernel's device, so both see the same numbers.
+    let twin = twin_device(device.is_autodiff());
     let qs = random([BATCH, HEADS, case.seq_q, case.d_head], &twin);
     let ks = random([BATCH, case.kv_heads, case.seq_k, case.d_head], &twin);
     let vs = random([BATCH, case.kv_heads, case.seq_k, case.d_v], &twin);
@@ -315,8 +302,9 @@ fn check_case(device: &Device, case: &Case) {
     // A table's gradient in the slow twin goes through burn's `select_assign`, which on wgpu
     // (burn 0.22.1) adds at most 65535 index entries per call and drops the rest (measured:
     // 10^6 ones into one entry give 65535). A tile's index holds batch x rows x keys entries:
-    // where they could pass 65535, the slow twin takes tiles of 16 query rows (3 x 16 x 1000),
-    // wherever it runs. The kernels do not tile by rows.
+    // where they could pass 65535, the slow twin takes tiles of 16 query rows (3 x 16 x 1000).
+    // The twin runs on flex now, where that limit does not apply; the tiles stay, so the twin
+    // is the same wherever it is moved. The kernels do not tile by rows.
     let slow_options = match case.bias {
         Bias::ByDistance if BATCH * case.seq_q * case.seq_k > 65535 => {
             twin_options.clone().tile_rows(16)

@@ -24,7 +24,7 @@ use burn_positional_kernels::{
 
 #[allow(dead_code)]
 mod common;
-use common::wgpu_devices;
+use common::{twin_device, wgpu_devices};
 
 /// Every head width the tensor-core sweep takes: its plans pad to 16 (40 to 48, 96 stays), so
 /// the odd widths are plans of their own.
@@ -87,11 +87,7 @@ fn check(
     what: &str,
 ) {
     let (n_heads, n_kv) = heads;
-    let twin_device = if grads {
-        Device::flex().autodiff()
-    } else {
-        Device::flex()
-    };
+    let twin_device = twin_device(grads);
     // Drawn and rounded to `dtype` on flex: on lavapipe each new shape would compile its own
     // draw and casts.
     let normal = |h: usize, n: usize| {
