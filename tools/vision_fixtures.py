@@ -97,7 +97,9 @@ E. `vision_rope.safetensors` + `vision_rope.json`: 2-D rotary of vision encoders
    head_dim 16, patch 4): a 3 x 5-patch image (and a second call with two images, 3 x 5 and
    2 x 3), the (h, w) positions `PixtralVisionModel.forward` builds, cos/sin from
    `PixtralVisionRotaryEmbedding`, and `apply_rotary_pos_emb(..., unsqueeze_dim=0)` on random q, k
-   [1, heads, seq, head_dim]. Both captured from a real forward of the tower.
+   [1, heads, seq, head_dim]. Both captured from a real forward of the tower. Pixtral again with a
+   head of 18 (hidden 36, prefix `pixtral_odd_`, its own generator seeded 4100): 9 pairs, rows
+   taking 5 frequencies and columns 4.
 
 F. Whole models, like tools/model_fixtures.py, in crates/burn-positional-models/tests/fixtures/vit/
    and .../dinov2/: a tiny `ViTForImageClassification` and `Dinov2ForImageClassification`
@@ -910,11 +912,52 @@ def pixtral_vision(gen):
     return tensors, meta
 
 
+def pixtral_odd_pairs(gen):
+    """Pixtral with a head of 18 (hidden 36, 2 heads): 9 rotary pairs, which two axes cannot share
+    evenly. transformers runs it: rows take inv[0::2] (5 frequencies), columns inv[1::2] (4)."""
+    from transformers import PixtralVisionConfig, PixtralVisionModel
+    from transformers.models.pixtral import modeling_pixtral as px
+
+    config = PixtralVisionConfig(hidden_size=36, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                 image_size=20, patch_size=4, attn_implementation="eager")
+    torch.manual_seed(4100)
+    model = PixtralVisionModel(config).eval()
+    rotary = model.patch_positional_embedding
+    seen = []
+    hook = rotary.register_forward_hook(
+        lambda m, args, out: seen.append((args[1].clone(), out[0].clone(), out[1].clone())))
+    with torch.no_grad():
+        model(randn(gen, 1, 3, 12, 20), image_sizes=torch.tensor([[12, 20]]))
+    hook.remove()
+    assert len(seen) == 1
+    position_ids, cos, sin = seen[0]
+    assert rotary.inv_freq.shape == (9,) and cos.shape == (15, 18), (rotary.inv_freq.shape, cos.shape)
+    q = randn(gen, 1, 2, 15, 18)
+    k = randn(gen, 1, 2, 15, 18)
+    q_rot, k_rot = px.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=0)
+    tensors = {
+        "pixtral_odd_position_ids": position_ids, "pixtral_odd_inv_freq": rotary.inv_freq.float(),
+        "pixtral_odd_cos": cos, "pixtral_odd_sin": sin, "pixtral_odd_q": q, "pixtral_odd_k": k,
+        "pixtral_odd_q_rot": q_rot, "pixtral_odd_k_rot": k_rot,
+    }
+    meta = {
+        "prefix": "pixtral_odd_",
+        "config": {"hidden_size": 36, "num_attention_heads": 2, "head_dim": 18, "patch_size": 4, "image_size": 20,
+                   "rope_parameters": dict(config.rope_parameters)},
+        "image": {"pixels": [12, 20], "patch_grid": [3, 5]},
+        "layout": "as pixtral_, with 9 pairs: inv_freq_2d = cat(inv[0::2], inv[1::2]) holds 5 row frequencies "
+                  "then 4 column ones; pairs 0..4 rotate by h, 5..8 by w",
+    }
+    return tensors, meta
+
+
 def part_e_vision_rope(models):
     gen = torch.Generator().manual_seed(4000)
     t1, m1 = qwen2_vl_vision(gen, models["qwen2_vl"])
     t2, m2 = pixtral_vision(gen)
-    stored = save_tensors(LAYER_OUT / "vision_rope.safetensors", {**t1, **t2})
+    # Its own generator, so the cases above keep their draws.
+    t3, m3 = pixtral_odd_pairs(torch.Generator().manual_seed(4100))
+    stored = save_tensors(LAYER_OUT / "vision_rope.safetensors", {**t1, **t2, **t3})
     meta = {
         "what": "2-D rotary of vision encoders: Qwen2-VL's vision tower (prefix qwen2_vl_) and Pixtral (prefix "
                 "pixtral_); cos/sin and position ids captured from a real forward of the tower",
@@ -922,6 +965,7 @@ def part_e_vision_rope(models):
         "seed": 4000,
         "qwen2_vl": m1,
         "pixtral": m2,
+        "pixtral_odd": m3,
         "tensors": describe(stored),
     }
     write_json(LAYER_OUT / "vision_rope.json", meta)

@@ -74,8 +74,8 @@ pub use attention::{
 pub use embedding::fused_calls;
 pub use embedding::options::{Combine, FusedEmbeddingOptions, STATUS_BAD_ID, STATUS_BAD_POSITION};
 pub use embedding::{
-    FusedEmbeddingError, InputStatus, Positions, fused_covers, fused_embedding, max_buffer_bytes,
-    reference_embedding, try_fused_embedding,
+    FusedEmbeddingError, InputStatus, Positions, computes_on_host, fused_covers, fused_embedding,
+    max_buffer_bytes, reference_embedding, try_fused_embedding,
 };
 pub(crate) use extension::PositionalKernels;
 pub use grid::{Grid, GridError};

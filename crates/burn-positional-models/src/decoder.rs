@@ -27,7 +27,9 @@ use burn_positional::{
     KvCache, Rope, RopeConfig, Window, attend, softcap,
 };
 
-pub use crate::config_checks::{check_cap, check_window, sliding_layers};
+pub use crate::config_checks::{
+    check_cap, check_heads, check_sliding_has_window, check_window, sliding_layers,
+};
 pub use crate::ops::{
     Activation, NormStyle, affine, gelu_tanh, in_dtype, project, rms_norm, rms_norm_with,
     tied_logits,

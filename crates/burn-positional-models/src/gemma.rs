@@ -29,7 +29,8 @@ use serde::Deserialize;
 use crate::ModelError;
 use crate::checkpoint::Checkpoint;
 use crate::decoder::{
-    Activation, Decoder, DecoderSpec, NormStyle, check_cap, check_window, sliding_layers,
+    Activation, Decoder, DecoderSpec, NormStyle, check_cap, check_sliding_has_window, check_window,
+    sliding_layers,
 };
 
 /// `Gemma2Config`'s fields the port reads, with transformers 5.24's defaults.
@@ -219,6 +220,14 @@ fn check_common(
 pub fn gemma2_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
     let c: Gemma2Config = checkpoint.config()?;
     let path = checkpoint.config_path.display().to_string();
+    let (n_heads, n_kv_heads, head_dim) = crate::decoder::check_heads(
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        Some(c.head_dim),
+        c.hidden_size,
+        false,
+        &path,
+    )?;
     let scale = check_common(
         c.use_bidirectional_attention,
         c.query_pre_attn_scalar,
@@ -230,6 +239,8 @@ pub fn gemma2_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
         // Gemma2Config.__post_init__: sliding iff (i + 1) % 2.
         None => (0..c.num_hidden_layers).map(|i| (i + 1) % 2 != 0).collect(),
     };
+    // Gemma2Model builds the sliding mask on every forward.
+    check_sliding_has_window(window, &sliding, true, None, &path)?;
     Ok(DecoderSpec {
         attention_softcap: check_cap("attn_logit_softcapping", c.attn_logit_softcapping, &path)?,
         final_softcap: check_cap("final_logit_softcapping", c.final_logit_softcapping, &path)?,
@@ -238,9 +249,9 @@ pub fn gemma2_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
                 vocab_size: c.vocab_size,
                 hidden_size: c.hidden_size,
                 intermediate_size: c.intermediate_size,
-                n_heads: c.num_attention_heads,
-                n_kv_heads: c.num_key_value_heads,
-                head_dim: c.head_dim,
+                n_heads,
+                n_kv_heads,
+                head_dim,
                 rms_norm_eps: c.rms_norm_eps,
                 tie_word_embeddings: c.tie_word_embeddings,
                 attention_bias: c.attention_bias,
@@ -265,6 +276,14 @@ pub fn gemma2_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
 pub fn gemma3_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
     let c: Gemma3TextConfig = checkpoint.config()?;
     let path = checkpoint.config_path.display().to_string();
+    let (n_heads, n_kv_heads, head_dim) = crate::decoder::check_heads(
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        Some(c.head_dim),
+        c.hidden_size,
+        false,
+        &path,
+    )?;
     let scale = check_common(
         c.use_bidirectional_attention,
         c.query_pre_attn_scalar,
@@ -287,6 +306,8 @@ pub fn gemma3_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
             .map(|i| (i + 1) % c.sliding_window_pattern != 0)
             .collect(),
     };
+    // Gemma3TextModel builds the sliding mask on every forward.
+    check_sliding_has_window(window, &sliding, true, None, &path)?;
     // Unused by transformers' Gemma 3 attention, but a nonsense value is still named.
     check_cap("attn_logit_softcapping", c.attn_logit_softcapping, &path)?;
     let text = &checkpoint.config_text;
@@ -306,9 +327,9 @@ pub fn gemma3_spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
                 vocab_size: c.vocab_size,
                 hidden_size: c.hidden_size,
                 intermediate_size: c.intermediate_size,
-                n_heads: c.num_attention_heads,
-                n_kv_heads: c.num_key_value_heads,
-                head_dim: c.head_dim,
+                n_heads,
+                n_kv_heads,
+                head_dim,
                 rms_norm_eps: c.rms_norm_eps,
                 tie_word_embeddings: c.tie_word_embeddings,
                 attention_bias: c.attention_bias,

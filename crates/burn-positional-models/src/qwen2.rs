@@ -10,7 +10,9 @@ use serde::Deserialize;
 
 use crate::ModelError;
 use crate::checkpoint::Checkpoint;
-use crate::decoder::{Activation, Decoder, DecoderSpec, check_window, sliding_layers};
+use crate::decoder::{
+    Activation, Decoder, DecoderSpec, check_sliding_has_window, check_window, sliding_layers,
+};
 
 /// `Qwen2Config`'s fields the port reads, with transformers 5.24's defaults.
 #[derive(Debug, Clone, Deserialize)]
@@ -77,16 +79,22 @@ impl Default for Qwen2Config {
 pub fn spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
     let c: Qwen2Config = checkpoint.config()?;
     let path = checkpoint.config_path.display().to_string();
+    let (n_heads, n_kv_heads, head_dim) = crate::decoder::check_heads(
+        c.num_attention_heads,
+        c.num_key_value_heads.unwrap_or(c.num_attention_heads),
+        c.head_dim,
+        c.hidden_size,
+        false,
+        &path,
+    )?;
     Ok(DecoderSpec {
         vocab_size: c.vocab_size,
         hidden_size: c.hidden_size,
         intermediate_size: c.intermediate_size,
         n_layers: c.num_hidden_layers,
-        n_heads: c.num_attention_heads,
-        n_kv_heads: c.num_key_value_heads.unwrap_or(c.num_attention_heads),
-        head_dim: c
-            .head_dim
-            .unwrap_or(c.hidden_size / c.num_attention_heads.max(1)),
+        n_heads,
+        n_kv_heads,
+        head_dim,
         rms_norm_eps: c.rms_norm_eps,
         tie_word_embeddings: c.tie_word_embeddings,
         qkv_bias: true,
@@ -140,6 +148,7 @@ pub(crate) fn windows(
             .map(|i| window.is_some() && i >= max_window_layers)
             .collect(),
     };
+    check_sliding_has_window(window, &sliding, false, Some("use_sliding_window"), path)?;
     Ok(sliding
         .into_iter()
         .map(|s| if s { window } else { None })

@@ -82,14 +82,22 @@ impl Default for Qwen3Config {
 pub fn spec(checkpoint: &Checkpoint) -> Result<DecoderSpec, ModelError> {
     let c: Qwen3Config = checkpoint.config()?;
     let path = checkpoint.config_path.display().to_string();
+    let (n_heads, n_kv_heads, head_dim) = crate::decoder::check_heads(
+        c.num_attention_heads,
+        c.num_key_value_heads.unwrap_or(c.num_attention_heads),
+        Some(c.head_dim),
+        c.hidden_size,
+        false,
+        &path,
+    )?;
     Ok(DecoderSpec {
         vocab_size: c.vocab_size,
         hidden_size: c.hidden_size,
         intermediate_size: c.intermediate_size,
         n_layers: c.num_hidden_layers,
-        n_heads: c.num_attention_heads,
-        n_kv_heads: c.num_key_value_heads.unwrap_or(c.num_attention_heads),
-        head_dim: c.head_dim,
+        n_heads,
+        n_kv_heads,
+        head_dim,
         rms_norm_eps: c.rms_norm_eps,
         tie_word_embeddings: c.tie_word_embeddings,
         qkv_bias: c.attention_bias,

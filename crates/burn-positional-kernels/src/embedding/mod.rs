@@ -467,6 +467,26 @@ pub fn fused_covers(device: &Device) -> bool {
     }
 }
 
+/// Whether `device` computes on the host CPU (flex, ndarray; autodiff on either), where the
+/// kernels run as host passes and memory is the machine's own. `false` for the CubeCL backends
+/// and for backends this crate was built without.
+///
+/// ```
+/// use burn::prelude::*;
+///
+/// assert!(burn_positional_kernels::computes_on_host(&Device::flex())); // the default features
+/// ```
+pub fn computes_on_host(device: &Device) -> bool {
+    #[allow(unreachable_patterns)]
+    match device.as_dispatch().clone().inner() {
+        #[cfg(feature = "flex")]
+        burn::backend::DispatchDevice::Flex(_) => true,
+        #[cfg(feature = "ndarray")]
+        burn::backend::DispatchDevice::NdArray(_) => true,
+        _ => false,
+    }
+}
+
 /// The largest buffer, in bytes, that `device` allocates in one piece, where its backend states
 /// one: the CubeCL backends (wgpu: the adapter's storage-buffer binding limit, 256 MiB by
 /// default on many adapters; CUDA). `None` on the CPU backends, which are bounded by host

@@ -2,15 +2,20 @@
 //! from the f32 fixtures (`tools/dtype_fixtures.py`), each with the logits transformers
 //! computes from it in its dtype (`logits`) and in f32 (`logits_f32`).
 //!
-//! On a device that computes in the file's dtype the port runs in it, and its logits stay
-//! within the distance transformers' run in that dtype keeps from its f32 run (the fixture's
-//! `deviation`, relative to the largest f32 logit), measured from either of transformers' runs. On a device that cannot (bf16 on
-//! wgpu: WGSL has no bf16), the default is f32 with a notice, and asking for the dtype is a
-//! typed error at load naming the device, the dtype and the fix, never a panic in a worker
+//! On a device that computes in the file's dtype the port runs in it when asked
+//! (`with_dtype`), and its logits stay within the distance transformers' run in that dtype
+//! keeps from its f32 run (the fixture's `deviation`, relative to the largest f32 logit),
+//! measured from either of transformers' runs. By default a CPU backend computes a bf16 or f16
+//! file in f32 (several times faster there), with a notice naming the memory it costs, unless
+//! the f32 copy would not fit; a GPU computes in the file's dtype. On a device that cannot
+//! (bf16 on wgpu: WGSL has no bf16), the default is f32 with a notice, and asking for the dtype
+//! is a typed error at load naming the device, the dtype and the fix, never a panic in a worker
 //! thread at the first matmul (what it was).
 
 use burn::tensor::{DType, Device, FloatDType, Tensor};
-use burn_positional_models::{CausalLm, Checkpoint, ModelError, bert, load_checkpoint, t5};
+use burn_positional_models::{
+    CausalLm, Checkpoint, ModelError, bert, dtype_name, load_checkpoint, t5,
+};
 
 use crate::fixture::{Fixture, ints, max_relative_error, padding};
 
@@ -62,31 +67,56 @@ fn kept(fx: &Fixture) -> Vec<Vec<bool>> {
     }
 }
 
-/// One low-precision fixture on a device that computes in its dtype: loads in that dtype by
-/// default, and matches transformers' run in it.
+/// One low-precision fixture on a device that computes in its dtype: by default in f32 on a
+/// CPU backend (with the notice) and in the file's dtype elsewhere; asked for, in the file's
+/// dtype, matching transformers' run in it.
 fn runs_in_its_dtype(name: &str, device: &Device) {
     let fx = Fixture::open(name);
     let source = fx.source();
-    let checkpoint = fx.checkpoint();
     let file = match fx.json["dtype"].as_str() {
         Some("bfloat16") => FloatDType::BF16,
         Some("float16") => FloatDType::F16,
         other => panic!("{source}: dtype {other:?}"),
     };
-    assert_eq!(checkpoint.file_dtype().unwrap(), Some(file), "{source}");
-    let chosen = checkpoint.compute_dtype(device).unwrap();
-    assert_eq!(
-        chosen.dtype, file,
-        "{source}: the default is the file's dtype"
-    );
-    assert!(chosen.notice.is_none(), "{source}");
+    let default = fx.checkpoint();
+    assert_eq!(default.file_dtype().unwrap(), Some(file), "{source}");
+    let chosen = default.compute_dtype(device).unwrap();
+    let deviation = fx.json["deviation"].as_f64().expect("deviation");
+    if burn_positional::computes_on_host(device) {
+        assert_eq!(chosen.dtype, FloatDType::F32, "{source}: f32 on the CPU");
+        let notice = chosen.notice.expect("a notice");
+        let short = if file == FloatDType::BF16 { "bf16" } else { "f16" };
+        assert!(
+            notice.contains(dtype_name(file))
+                && notice.contains("computing in float32 on the CPU")
+                && notice.contains(&format!("--dtype {short}"))
+                && notice.contains("MiB of weights instead of"),
+            "{source}: {notice}"
+        );
+        // The f32 default from the half-precision weights is as close to transformers' f32 run
+        // as its own run in the file's dtype.
+        let (ours, dtype) = logits(&fx, &default, device).unwrap();
+        assert_eq!(dtype, DType::F32, "{source}");
+        let own = max_relative_error(ours, fx.tensor("logits_f32", device), &kept(&fx));
+        assert!(own <= deviation, "{source}: f32 default {own:.3e} > {deviation:.3e}");
+        // Without memory for the f32 copy, the file's dtype, and the notice says why.
+        let tight = default.compute_dtype_with_memory(device, || Some(1)).unwrap();
+        assert_eq!(tight.dtype, file, "{source}");
+        assert!(
+            tight.notice.as_deref().unwrap_or("").contains("would not fit in the"),
+            "{source}: {tight:?}"
+        );
+    } else {
+        assert_eq!(chosen.dtype, file, "{source}: the default is the file's dtype");
+        assert!(chosen.notice.is_none(), "{source}");
+    }
+    let checkpoint = fx.checkpoint().with_dtype(file);
     let (ours, dtype) =
         logits(&fx, &checkpoint, device).unwrap_or_else(|e| panic!("{source}: {e}"));
     assert_eq!(dtype, DType::from(file), "{source}: computed in {dtype:?}");
     let keep = kept(&fx);
     let theirs = fx.tensor::<3>("logits", device);
     let truth = fx.tensor::<3>("logits_f32", device);
-    let deviation = fx.json["deviation"].as_f64().expect("deviation");
     // Relative to the largest f32 logit, as `deviation` is.
     let scale = |t: &Tensor<3>| {
         let max: f32 = t.clone().abs().max().into_scalar();
@@ -144,7 +174,7 @@ fn f32_file_in_f16(device: &Device) {
     let (ours, dtype) = logits(&fx, &f32_file, device).unwrap();
     assert_eq!(dtype, DType::F16);
     // The f16 file and the f32 file cast to f16 hold the same numbers.
-    let (from_file, _) = logits(&fx, &fx.checkpoint(), device).unwrap();
+    let (from_file, _) = logits(&fx, &fx.checkpoint().with_dtype(FloatDType::F16), device).unwrap();
     let err = max_relative_error(ours, from_file, &kept(&fx));
     assert!(err == 0.0, "{err:.3e}");
 }

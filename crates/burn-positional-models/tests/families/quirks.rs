@@ -324,3 +324,122 @@ mod eos_list {
 
     on_every_inference_device!(llama3_2);
 }
+
+/// A sliding layer without a window (issue 71): transformers 5.24 fails at the first forward
+/// (Qwen 2 and 3: a layer marked sliding while `sliding_window` is null or
+/// `use_sliding_window` false; Gemma 2 and 3: a null window whatever the layers, as their
+/// models build the sliding mask on every forward), so the port refuses at load by name
+/// instead of running full attention on those layers.
+#[test]
+fn a_sliding_layer_without_a_window_is_refused_by_name() {
+    let sliding = serde_json::json!(["sliding_attention", "full_attention"]);
+    for (use_window, window) in [(true, serde_json::Value::Null), (false, 8.into())] {
+        let (_dir, c) = edited("qwen3", |j| {
+            j["layer_types"] = sliding.clone();
+            j["use_sliding_window"] = use_window.into();
+            j["sliding_window"] = window.clone();
+        });
+        refused(
+            qwen3::spec(&c),
+            &[
+                "`sliding_window` is null (or `use_sliding_window` is false",
+                "layer 0 is a sliding layer",
+                "set `sliding_window`",
+                "\"full_attention\"",
+            ],
+        );
+    }
+    let (_dir, c) = edited("qwen2", |j| {
+        j["layer_types"] = sliding.clone();
+        j["use_sliding_window"] = true.into();
+    });
+    refused(
+        burn_positional_models::qwen2::spec(&c),
+        &["`sliding_window` is null", "layer 0 is a sliding layer"],
+    );
+    // Qwen 3 with its window turned off and every layer full still loads, as it runs there.
+    assert!(qwen3::spec(&Fixture::open("qwen3").checkpoint()).is_ok());
+    for (name, layers) in [
+        ("gemma2", serde_json::Value::Null),
+        (
+            "gemma2",
+            serde_json::json!(["full_attention", "full_attention", "full_attention", "full_attention"]),
+        ),
+        ("gemma3", serde_json::Value::Null),
+    ] {
+        let (_dir, c) = edited(name, |j| {
+            j["sliding_window"] = serde_json::Value::Null;
+            if !layers.is_null() {
+                j["layer_types"] = layers.clone();
+            }
+        });
+        let spec = if name == "gemma2" {
+            gemma::gemma2_spec(&c)
+        } else {
+            gemma::gemma3_spec(&c)
+        };
+        let all_full = !layers.is_null();
+        refused(
+            spec,
+            &[
+                "`sliding_window` is null",
+                if all_full {
+                    "builds its sliding-window mask on every forward"
+                } else {
+                    "layer 0 is a sliding layer"
+                },
+                "set `sliding_window` to the window the checkpoint was trained with",
+            ],
+        );
+    }
+}
+
+/// Head counts and widths transformers fails on are refused as the field they are, not as a
+/// weight shape (issue 71: `head_dim` 0 read "the config.json implies [64, 0]"); Mistral, whose
+/// attention reads `head_dim or hidden_size // num_attention_heads`, takes the quotient.
+#[test]
+fn head_counts_and_widths_of_zero_are_named() {
+    let zero_width = [
+        "`head_dim` is 0",
+        "head_dim^-0.5",
+        "q_proj.weight has num_attention_heads x head_dim rows",
+    ];
+    let (_dir, c) = edited("qwen3", |j| j["head_dim"] = 0.into());
+    refused(qwen3::spec(&c), &zero_width);
+    let (_dir, c) = edited("llama", |j| j["head_dim"] = 0.into());
+    refused(burn_positional_models::llama::spec(&c), &zero_width);
+    let (_dir, c) = edited("gemma2", |j| j["head_dim"] = 0.into());
+    refused(gemma::gemma2_spec(&c), &zero_width);
+    let (_dir, c) = edited("mistral", |j| j["head_dim"] = 0.into());
+    let spec = burn_positional_models::mistral::spec(&c).unwrap();
+    assert_eq!(spec.head_dim, spec.hidden_size / spec.n_heads);
+    // No head_dim and fewer dimensions than heads: the quotient is named.
+    let (_dir, c) = edited("llama", |j| {
+        j.as_object_mut().unwrap().remove("head_dim");
+        j["hidden_size"] = 2.into();
+    });
+    refused(
+        burn_positional_models::llama::spec(&c),
+        &["`hidden_size` / `num_attention_heads` is 2 / 4 = 0", "set `head_dim`"],
+    );
+    for (name, kv, rule) in [
+        ("llama", 0, "`num_key_value_heads` is 0"),
+        ("qwen3", 0, "`num_key_value_heads` is 0"),
+        ("gemma3", 0, "`num_key_value_heads` is 0"),
+        ("qwen2", 3, "`num_key_value_heads` is 3"),
+    ] {
+        let (_dir, c) = edited(name, |j| j["num_key_value_heads"] = kv.into());
+        let spec = match name {
+            "llama" => burn_positional_models::llama::spec(&c),
+            "qwen3" => qwen3::spec(&c),
+            "gemma3" => gemma::gemma3_spec(&c),
+            _ => burn_positional_models::qwen2::spec(&c),
+        };
+        refused(spec, &[rule, "divide `num_attention_heads` (4)", "leave it out"]);
+    }
+    let (_dir, c) = edited("llama", |j| j["num_attention_heads"] = 0.into());
+    refused(
+        burn_positional_models::llama::spec(&c),
+        &["`num_attention_heads` is 0"],
+    );
+}

@@ -363,8 +363,8 @@ impl LearnedPosition {
     ///
     /// # Errors
     ///
-    /// An image smaller than one patch (naming the pixels and the patch), and what
-    /// [`on_grid`](Self::on_grid) refuses.
+    /// A patch of 0 pixels on an axis, an image smaller than one patch (naming the pixels and
+    /// the patch), and what [`on_grid`](Self::on_grid) refuses.
     ///
     /// ```
     /// use burn::prelude::*;
@@ -379,6 +379,9 @@ impl LearnedPosition {
     /// assert_eq!(table.on_image([17, 23], [4, 4]).unwrap().dims(), [1 + 20, 8]);
     /// let err = table.on_image([3, 16], [4, 4]).unwrap_err();
     /// assert!(err.to_string().contains("`image height` = 3 pixels (patches of 4 x 4)"));
+    /// // A patch of no pixels is the patch's fault, not the image's.
+    /// let err = table.on_image([16, 16], [0, 6]).unwrap_err();
+    /// assert!(err.to_string().contains("`patch` = 0 x 6 pixels"), "{err}");
     /// ```
     pub fn on_image(
         &self,
@@ -386,8 +389,18 @@ impl LearnedPosition {
         patch: [usize; 2],
     ) -> Result<Tensor<2>, PositionError> {
         let [height, width] = pixels;
+        if patch.contains(&0) {
+            return Err(PositionError::InvalidConfig {
+                field: "patch",
+                value: format!("{} x {} pixels", patch[0], patch[1]),
+                rule: "a patch is at least one pixel on each axis",
+                fix: "give the patch size the model cuts images into (its config's patch_size, \
+                      e.g. [16, 16])"
+                    .into(),
+            });
+        }
         for (axis, (&size, &p)) in pixels.iter().zip(&patch).enumerate() {
-            if p == 0 || size < p {
+            if size < p {
                 return Err(PositionError::InvalidConfig {
                     field: if axis == 0 {
                         "image height"
@@ -398,8 +411,7 @@ impl LearnedPosition {
                     rule: "an image holds at least one whole patch on each axis",
                     fix: format!(
                         "resize the image to at least {} x {} pixels",
-                        patch[0].max(1),
-                        patch[1].max(1)
+                        patch[0], patch[1]
                     ),
                 });
             }

@@ -15,7 +15,7 @@ use crate::PositionError;
 /// | `MRope(sections)` | axis `i % 3` of the section `i` holding `j` | `inv_freq[j]` | Qwen2-VL, Qwen2.5-VL (`mrope_section`) |
 /// | `MRopeInterleaved(sections)` | row if `j % 3 == 1` and `j < 3 h`, column if `j % 3 == 2` and `j < 3 w`, else frame | `inv_freq[j]` | Qwen3-VL (`mrope_interleaved`) |
 /// | `Axial(n)` | axis `j / (P / n)` | `inv_freq'[j % (P / n)]` of a rotation `rotary_dims / n` wide | Qwen2-VL's and Qwen2.5-VL's vision encoders |
-/// | `AxialAlternate(n)` | axis `j / (P / n)` | `inv_freq[n (j % (P / n)) + axis]` | Pixtral |
+/// | `AxialAlternate(n)` | axis `a` for the `ceil((P - a) / n)` pairs after those of axes `< a` | `inv_freq[n i + a]` for the axis's `i`-th pair | Pixtral |
 ///
 /// A position with one axis (text, or `Positions::Offset`/`Explicit`) sits at that position on
 /// every axis, as M-RoPE places text tokens: the rotation is then plain RoPE with these
@@ -38,7 +38,8 @@ pub enum RopeAxes {
     Axial(usize),
     /// Axial, frequencies dealt in turn: frequency `k` of the whole rotation goes to axis
     /// `k % n`, then the pairs are grouped by axis (Pixtral: rows take `freqs[::2]`, columns
-    /// `freqs[1::2]`).
+    /// `freqs[1::2]`). With a pair count `n` does not divide, the first axes take one pair more,
+    /// as the slices do (9 pairs: rows 5, columns 4).
     AxialAlternate(usize),
 }
 
@@ -64,8 +65,10 @@ impl RopeAxes {
     }
 
     /// Checks the layout for a rotation `rotary_dims` wide (`pairs` whole pairs) and its
-    /// scaling: sections that sum to the pairs, axes that divide them, no context extension
-    /// (no checkpoint combines the two, and transformers' length-dependent types read one axis).
+    /// scaling: M-RoPE's sections summing to the pairs, Qwen3-VL's three sections, `Axial`'s
+    /// axes dividing the pairs, `AxialAlternate`'s at most as many as the pairs, and no context
+    /// extension (no checkpoint combines the two, and transformers' length-dependent types read
+    /// one axis).
     pub fn validate(
         &self,
         rotary_dims: usize,
@@ -88,19 +91,27 @@ impl RopeAxes {
         }
         match self {
             Self::Sequence => Ok(()),
-            Self::MRope(sections) | Self::MRopeInterleaved(sections) => {
+            // Qwen3-VL's interleaving reads three sections and never their sum.
+            Self::MRopeInterleaved(sections) if sections.len() != 3 => {
+                Err(PositionError::InvalidConfig {
+                    field: "mrope_section",
+                    value: format!("{sections:?} ({} sections)", sections.len()),
+                    rule: "the interleaved layout (mrope_interleaved) reads three sections, \
+                           [frame, row, column] pairs",
+                    fix: format!(
+                        "give three sections, e.g. [24, 20, 20] as Qwen3-VL does for 64 pairs \
+                         (this rotation has {pairs})"
+                    ),
+                })
+            }
+            Self::MRopeInterleaved(_) => Ok(()),
+            Self::MRope(sections) => {
                 let sum: usize = sections.iter().sum();
-                // Qwen3-VL's interleaving reads three sections and never their sum.
-                let bad = match self {
-                    Self::MRopeInterleaved(_) => sections.len() != 3,
-                    _ => sum != pairs || sections.is_empty(),
-                };
-                if bad {
+                if sum != pairs || sections.is_empty() {
                     return Err(PositionError::InvalidConfig {
                         field: "mrope_section",
                         value: format!("{sections:?} (sum {sum})"),
-                        rule: "M-RoPE's sections share out the rotated pairs exactly (the \
-                               interleaved layout takes three)",
+                        rule: "M-RoPE's sections share out the rotated pairs exactly",
                         fix: format!(
                             "give sections that sum to {pairs}, the pairs of a rotation \
                              {rotary_dims} wide (head_dim / 2), e.g. [16, 24, 24] for 64"
@@ -109,19 +120,36 @@ impl RopeAxes {
                 }
                 Ok(())
             }
-            Self::Axial(n) | Self::AxialAlternate(n) => {
+            Self::Axial(n) => {
                 let n = *n;
-                let even_blocks =
-                    matches!(self, Self::Axial(_)) && rotary_dims % (2 * n.max(1)) != 0;
-                if n == 0 || n > 3 || pairs % n != 0 || even_blocks {
+                // Each block is a rotation `rotary_dims / n` wide of whole pairs.
+                if n == 0 || n > 3 || rotary_dims % (2 * n) != 0 {
                     return Err(PositionError::InvalidConfig {
                         field: "RopeAxes::Axial",
                         value: n.to_string(),
-                        rule: "an axial rotation has 1 to 3 axes, each taking the same number of \
-                               whole pairs",
+                        rule: "blocked axial rotation has 1 to 3 axes, each a rotation of the \
+                               same number of whole pairs (transformers' Qwen2-VL vision rotary \
+                               fails on any other head too)",
                         fix: format!(
                             "choose axes that divide the {pairs} pairs (a rotation {rotary_dims} \
-                             wide)"
+                             wide), or RopeAxes::AxialAlternate, which deals them out unevenly"
+                        ),
+                    });
+                }
+                Ok(())
+            }
+            Self::AxialAlternate(n) => {
+                let n = *n;
+                if n == 0 || n > 3 || n > pairs {
+                    return Err(PositionError::InvalidConfig {
+                        field: "RopeAxes::AxialAlternate",
+                        value: n.to_string(),
+                        rule: "axial rotation with frequencies dealt in turn has 1 to 3 axes, \
+                               each taking at least one pair",
+                        fix: format!(
+                            "choose 1 to {} axes for the {pairs} pairs (a rotation {rotary_dims} \
+                             wide)",
+                            pairs.clamp(1, 3)
                         ),
                     });
                 }
@@ -146,9 +174,11 @@ impl RopeAxes {
                     _ => 0,
                 })
                 .collect(),
-            Self::Axial(n) | Self::AxialAlternate(n) => {
-                (0..pairs).map(|j| j / (pairs / n)).collect()
-            }
+            Self::Axial(n) => (0..pairs).map(|j| j / (pairs / n)).collect(),
+            // Axis `a` takes frequencies a, a + n, ...: `ceil((pairs - a) / n)` of them.
+            Self::AxialAlternate(n) => (0..*n)
+                .flat_map(|a| std::iter::repeat_n(a, pairs.saturating_sub(a).div_ceil(*n)))
+                .collect(),
         }
     }
 
@@ -230,6 +260,22 @@ mod tests {
             [800.0, 802.0, 801.0, 803.0]
         );
         assert_eq!(RopeAxes::Axial(2).pair_axes(4), [0, 0, 1, 1]);
+        // Pixtral with 9 pairs (head width 18): rows take freqs[::2] (5 of them), columns
+        // freqs[1::2] (4), as its `PixtralRotaryEmbedding` slices them.
+        assert_eq!(
+            RopeAxes::AxialAlternate(2).pair_frequencies(18, f),
+            [1800.0, 1802.0, 1804.0, 1806.0, 1808.0, 1801.0, 1803.0, 1805.0, 1807.0]
+        );
+        assert_eq!(
+            RopeAxes::AxialAlternate(2).pair_axes(9),
+            [0, 0, 0, 0, 0, 1, 1, 1, 1]
+        );
+        assert_eq!(RopeAxes::AxialAlternate(3).pair_axes(4), [0, 0, 1, 2]);
+        assert!(
+            RopeAxes::AxialAlternate(2)
+                .validate(18, 9, &RopeScaling::None)
+                .is_ok()
+        );
     }
 
     #[test]
@@ -244,6 +290,26 @@ mod tests {
             .validate(16, 8, &RopeScaling::None)
             .unwrap_err();
         assert!(err.to_string().contains("divide the 8 pairs"), "{err}");
+        assert!(err.to_string().contains("`RopeAxes::Axial`"), "{err}");
+        let err = RopeAxes::AxialAlternate(3)
+            .validate(4, 2, &RopeScaling::None)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("`RopeAxes::AxialAlternate` = 3"),
+            "{err}"
+        );
+        // Two sections summing to the pairs: the interleaved layout wants three, and says so
+        // (issue 71: it asked for sections summing to 12, which these do).
+        let err = RopeAxes::MRopeInterleaved(vec![6, 6])
+            .validate(24, 12, &RopeScaling::None)
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("[6, 6] (2 sections)")
+                && text.contains("give three sections")
+                && !text.contains("sum to"),
+            "{text}"
+        );
         let err = RopeAxes::Axial(2)
             .validate(16, 8, &RopeScaling::Interpolation(2.0))
             .unwrap_err();

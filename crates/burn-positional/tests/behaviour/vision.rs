@@ -326,7 +326,8 @@ fn vision_rope_equals_transformers(device: &Device) {
         config["model_type"] = Value::from(model_type);
         let read = RopeConfig::from_hf_config(&config.to_string()).unwrap();
         let theta = config["rope_parameters"]["rope_theta"].as_f64().unwrap();
-        let by_hand = RopeConfig::new(16)
+        let head_dim = config["head_dim"].as_u64().unwrap() as usize;
+        let by_hand = RopeConfig::new(head_dim)
             .with_base(theta)
             .with_layout(RopeLayout::HalfSplit)
             .with_arithmetic(RopeArithmetic::Transformers)
@@ -373,6 +374,20 @@ fn vision_rope_equals_transformers(device: &Device) {
         assert_close(on_grid, expected.clone(), &format!("{x} on a grid"));
         let explicit =
             pixtral.apply_positions(fx.tensor(x, device), axes_of("pixtral_position_ids"));
+        assert_close(explicit, expected, &format!("{x} at explicit positions"));
+    }
+
+    // Pixtral with a head of 18: 9 pairs, rows taking 5 frequencies and columns 4, as
+    // transformers' slices `inv[0::2]`, `inv[1::2]` deal them (issue 71: refused before).
+    let odd = rope("pixtral_odd", "pixtral", RopeAxes::AxialAlternate(2));
+    for (x, rotated) in [
+        ("pixtral_odd_q", "pixtral_odd_q_rot"),
+        ("pixtral_odd_k", "pixtral_odd_k_rot"),
+    ] {
+        let expected: Tensor<4> = fx.tensor(rotated, device);
+        let on_grid = odd.apply_positions(fx.tensor(x, device), Positions::Grid(Grid::new([3, 5])));
+        assert_close(on_grid, expected.clone(), &format!("{x} on a grid"));
+        let explicit = odd.apply_positions(fx.tensor(x, device), axes_of("pixtral_odd_position_ids"));
         assert_close(explicit, expected, &format!("{x} at explicit positions"));
     }
 }
@@ -475,6 +490,16 @@ fn bad_grids_are_named(device: &Device) {
         err.contains("[2, 3, 2] (sum 7)") && err.contains("sum to 8"),
         "{err}"
     );
+    // Two sections that do sum to the pairs: the interleaved layout needs three (issue 71).
+    let err = RopeConfig::new(24)
+        .with_axes(RopeAxes::MRopeInterleaved(vec![6, 6]))
+        .try_init(device)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("[6, 6] (2 sections)") && err.contains("give three sections"),
+        "{err}"
+    );
 
     let table = LearnedConfig::new(1 + 4)
         .with_grid(Some(PatchGridConfig::new(vec![2, 2])))
@@ -489,6 +514,12 @@ fn bad_grids_are_named(device: &Device) {
         "{err}"
     );
     assert!(err.contains("at least 4 x 4 pixels"), "{err}");
+    // A patch of no pixels blames the patch, not the image (issue 71).
+    let err = message(table.on_image([16, 16], [0, 6]).unwrap_err());
+    assert!(
+        err.contains("`patch` = 0 x 6 pixels") && err.contains("patch_size") && !err.contains("resize"),
+        "{err}"
+    );
     let plain = LearnedConfig::new(8).init(8, device);
     let err = message(plain.on_grid(&Grid::new([2, 2])).unwrap_err());
     assert!(err.contains("LearnedConfig::grid"), "{err}");

@@ -363,6 +363,14 @@ fn read_layer(
         .or(top_partial)
         .or(default_partial)
         .unwrap_or(1.0);
+    // Named as the file spells it: nested, else GPT-NeoX's `rotary_pct`, else top level.
+    let partial_field = if rope.get("partial_rotary_factor").is_some() {
+        rope.name("partial_rotary_factor")
+    } else if model_type == "gpt_neox" {
+        "rotary_pct".into()
+    } else {
+        "partial_rotary_factor".into()
+    };
 
     let rope_type_key = if rope.get("rope_type").is_some() {
         "rope_type"
@@ -425,7 +433,7 @@ fn read_layer(
     };
     if !(partial.is_finite() && partial > 0.0 && partial <= 1.0) {
         return Err(HfConfigError::Inconsistent {
-            field: rope.name("partial_rotary_factor"),
+            field: partial_field.clone(),
             value: partial.to_string(),
             rule: "the share of each head that rotates lies in (0, 1]".into(),
             fix: "use a value such as 0.25, 0.5 or 1.0".into(),
@@ -592,7 +600,7 @@ fn read_layer(
         };
         if let Some(rule) = rule {
             return Err(HfConfigError::Inconsistent {
-                field: rope.name("partial_rotary_factor"),
+                field: partial_field.clone(),
                 value: partial.to_string(),
                 rule,
                 fix: fix.into(),

@@ -81,11 +81,32 @@ fn wrong_types_and_inconsistent_values_are_named() {
         message.contains("short_factor of 2") && message.contains("give 8 factors"),
         "{message}"
     );
-    let message = error(&format!(r#"{{{HEADS}, "partial_rotary_factor": 1.5}}"#));
-    assert!(
-        message.contains("partial_rotary_factor` is 1.5"),
-        "{message}"
-    );
+    // Each share of the head named as the file spells it (issue 71): top level, nested, and
+    // GPT-NeoX's `rotary_pct` (a Pythia config.json has no `partial_rotary_factor`).
+    for (json, field) in [
+        (
+            format!(r#"{{{HEADS}, "partial_rotary_factor": 1.5}}"#),
+            "`partial_rotary_factor` is 1.5",
+        ),
+        (
+            format!(r#"{{{HEADS}, "rope_parameters": {{"partial_rotary_factor": 1.5}}}}"#),
+            "`rope_parameters.partial_rotary_factor` is 1.5",
+        ),
+        (
+            format!(r#"{{{HEADS}, "model_type": "gpt_neox", "rotary_pct": 1.5}}"#),
+            "`rotary_pct` is 1.5",
+        ),
+        (
+            format!(r#"{{{HEADS}, "model_type": "gpt_neox", "rotary_pct": 0}}"#),
+            "`rotary_pct` is 0",
+        ),
+    ] {
+        let message = error(&json);
+        assert!(
+            message.contains(field) && message.contains("(0, 1]"),
+            "{json}: {message}"
+        );
+    }
     let message = error("[1, 2]");
     assert!(message.contains("not a JSON object"), "{message}");
     let message = RopeConfig::from_hf_config_file("/nonexistent/config.json")
