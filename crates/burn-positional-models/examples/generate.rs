@@ -9,8 +9,10 @@
 //! ```
 //!
 //! With a tokenizer the text is printed as it is decoded (decoder-only families; T5's at the
-//! end). The weights are computed in `--dtype`, by default the files' where the device has it
-//! (bf16 on flex, f32 with a notice on wgpu, whose WGSL has no bf16).
+//! end). The weights are computed in `--dtype`, by default as `Checkpoint::compute_dtype`
+//! chooses, with a one-line notice when that is not the files' dtype: a bf16 or f16 file in f32
+//! on the CPU (flex, ndarray) where the f32 copy fits in memory (several times faster there), in
+//! its own dtype on a GPU that has it, in f32 on wgpu for bf16 (WGSL has no bf16).
 //!
 //! The folder is the first argument or `--model-dir`. The family comes from `config.json`'s
 //! `model_type` (gpt2, llama (Llama 3.2, SmolLM), qwen2, qwen3, phi3, bloom, mistral, gemma2,
@@ -71,8 +73,8 @@ struct Args {
     /// Penalise tokens already in the sequence (1: off).
     #[arg(long)]
     repetition_penalty: Option<f64>,
-    /// The compute dtype: f32, f16 or bf16 (default: the weights files' where the device
-    /// computes in it, else f32 with a notice).
+    /// The compute dtype: f32, f16 or bf16 (default: `Checkpoint::compute_dtype`'s choice, f32
+    /// on the CPU for a bf16 or f16 file whose f32 copy fits, with a notice).
     #[arg(long, value_parser = burn_positional_models::parse_dtype)]
     dtype: Option<burn::tensor::FloatDType>,
     /// The tokenizer for --prompt (default: tokenizer.json in the checkpoint folder).

@@ -44,8 +44,9 @@ struct Args {
     /// flex, ndarray, wgpu.
     #[arg(long, default_value = "flex")]
     device: DeviceChoice,
-    /// The compute dtype, f32, f16 or bf16 (`Checkpoint::with_dtype`). Default: the weights
-    /// files' where the device computes in it, else f32 with a notice.
+    /// The compute dtype, f32, f16 or bf16 (`Checkpoint::with_dtype`). Default:
+    /// `Checkpoint::compute_dtype`'s choice (f32 on the CPU when the copy fits, else the weights
+    /// files' where the device computes in it, else f32), with its notice.
     #[arg(long, value_parser = burn_positional_models::parse_dtype)]
     dtype: Option<FloatDType>,
     /// Generations in the process: the first is cold, the last is reported as warm.

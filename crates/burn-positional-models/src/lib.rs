@@ -186,7 +186,8 @@ impl CausalLm for AnyCausalLm {
 }
 
 /// Opens the checkpoint folder `dir` and loads the decoder-only model its `model_type` names,
-/// in the files' dtype where `device` computes in it (see [`Checkpoint::compute_dtype`]).
+/// in the dtype [`Checkpoint::compute_dtype`] chooses for `device` (f32 on the CPU for a bf16 or f16
+/// file whose f32 copy fits in memory, else the files' dtype where `device` computes in it).
 ///
 /// # Errors
 ///

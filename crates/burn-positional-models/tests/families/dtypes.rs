@@ -179,6 +179,80 @@ fn f32_file_in_f16(device: &Device) {
     assert!(err == 0.0, "{err:.3e}");
 }
 
+/// Gemma 2 in bf16 with softcaps that bite (issue 71, item 6; `tools/softcap_fixtures.py`):
+/// three seeds, caps of 3 and 4, 8 and 10, and none, each against transformers' bf16 and f32
+/// runs of the same model. transformers rounds each step of the score chain to bf16 (q.k, the
+/// scale, / cap, tanh, * cap) and the probabilities before P V; our attention keeps them in f32
+/// and rounds its output once. Neither is nearer f32 on every seed: the fixture script's study
+/// shows the same spread for that attention inside PyTorch. What holds, and is asserted: ours is
+/// within 1.25x of the distance transformers' own bf16 run keeps from its f32 run, on every case,
+/// and no further on average.
+fn softcap_in_bf16(device: &Device) {
+    let fx = Fixture::open("gemma2_softcap");
+    let seeds: Vec<u64> = serde_json::from_value(fx.json["seeds"].clone()).unwrap();
+    let caps = fx.json["caps"].as_object().unwrap().clone();
+    let (mut ratios, mut table) = (Vec::new(), String::new());
+    for seed in seeds {
+        let weights = fx.dir.join(fx.json["weights"][seed.to_string()].as_str().unwrap());
+        let ids = fx.rows(&format!("s{seed}_input_ids"));
+        let mask: Vec<Vec<bool>> = fx
+            .rows(&format!("s{seed}_attention_mask"))
+            .into_iter()
+            .map(|row| row.into_iter().map(|m| m != 0).collect())
+            .collect();
+        let batch = burn_positional_models::Batch::new(ids, mask.clone());
+        let step = burn_positional_models::Step::new(
+            &batch.ids,
+            &batch.positions(),
+            &batch.mask,
+            0,
+            device,
+        );
+        for (name, cap) in &caps {
+            let dir = tempfile::tempdir().unwrap();
+            let mut config: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(weights.join("config.json")).unwrap(),
+            )
+            .unwrap();
+            config["attn_logit_softcapping"] = cap[0].clone();
+            config["final_logit_softcapping"] = cap[1].clone();
+            std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+            std::fs::copy(
+                weights.join("model.safetensors"),
+                dir.path().join("model.safetensors"),
+            )
+            .unwrap();
+            let checkpoint = Checkpoint::open(dir.path())
+                .unwrap()
+                .with_dtype(FloatDType::BF16);
+            let model = load_checkpoint(&checkpoint, device).unwrap();
+            let ours: Tensor<3> = model.forward(&step, None);
+            assert_eq!(ours.dtype(), DType::BF16);
+            let ours = ours.cast(FloatDType::F32);
+            let case = format!("s{seed}_{name}");
+            let theirs = fx.tensor::<3>(&format!("{case}_bf16"), device);
+            let truth = fx.tensor::<3>(&format!("{case}_f32"), device);
+            let deviation = max_relative_error(theirs.clone(), truth.clone(), &mask);
+            let own = max_relative_error(ours.clone(), truth, &mask);
+            let err = max_relative_error(ours, theirs, &mask);
+            let ratio = own / deviation;
+            table += &format!(
+                "\n  {case:12} transformers bf16 {deviation:.4}, ours {own:.4} ({ratio:.2}x), \
+                 ours from transformers' bf16 {err:.4}"
+            );
+            ratios.push(ratio);
+        }
+    }
+    let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+    // Printed for the guide (docs/porting.md quotes it with this test's command).
+    println!("distance from transformers' f32 run:{table}\n  mean ratio {mean:.2}x");
+    assert!(
+        ratios.iter().all(|&r| r <= 1.25) && mean <= 1.0,
+        "ours in bf16 is further from f32 than transformers' bf16 run allows:{table}\n  mean \
+         ratio {mean:.2}x"
+    );
+}
+
 macro_rules! in_its_dtype {
     ($($name:ident),* $(,)?) => { $( fn $name(device: &Device) { runs_in_its_dtype(stringify!($name), device) } )* };
 }
@@ -219,7 +293,8 @@ mod on_flex {
         gpt_neox_bf16,
         gpt2_f16,
         llama_f16,
-        f32_file_in_f16
+        f32_file_in_f16,
+        softcap_in_bf16
     );
 }
 

@@ -32,6 +32,14 @@ impl Fixture {
                         .chunks_exact(4)
                         .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64)
                         .collect(),
+                    // Logits stored in half precision to keep a folder small (gemma2_softcap).
+                    Dtype::F16 => data
+                        .chunks_exact(2)
+                        .map(|b| {
+                            burn::tensor::f16::from_bits(u16::from_le_bytes(b.try_into().unwrap()))
+                                .to_f64()
+                        })
+                        .collect(),
                     Dtype::I64 => data
                         .chunks_exact(8)
                         .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f64)

@@ -40,6 +40,8 @@ fn refused(result: Result<DecoderSpec, ModelError>, parts: &[&str]) {
         Ok(spec) => panic!("accepted: {spec:?}"),
         Err(e) => e.to_string(),
     };
+    // Shown with --nocapture: the messages as a user reads them.
+    println!("refused: {message}");
     for part in parts {
         assert!(message.contains(part), "`{part}` not in: {message}");
     }
