@@ -61,7 +61,8 @@ def main():
             for batch in [int(b) for b in args.batches.split(",")]:
                 new = args.new_1b if model == "llama-1b" else args.new
                 common = ["--batch", str(batch), "--prompt", str(args.prompt), "--new", str(new)]
-                ours = run([OURS, folder] + common)
+                # In the row's dtype: on the CPU the default for a bf16 file is f32 now.
+                ours = run([OURS, folder, "--dtype", dtype] + common)
                 torch = run([sys.executable, "tools/generation_speed.py", "run", folder,
                              "--threads", str(args.threads)] + common)
                 candle = None

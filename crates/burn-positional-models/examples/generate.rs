@@ -11,7 +11,7 @@
 //! With a tokenizer the text is printed as it is decoded (decoder-only families; T5's at the
 //! end). The weights are computed in `--dtype`, by default as `Checkpoint::compute_dtype`
 //! chooses, with a one-line notice when that is not the files' dtype: a bf16 or f16 file in f32
-//! on the CPU (flex, ndarray) where the f32 copy fits in memory (several times faster there), in
+//! on the CPU (flex, ndarray) where the f32 copy fits in memory (faster there: docs/porting.md), in
 //! its own dtype on a GPU that has it, in f32 on wgpu for bf16 (WGSL has no bf16).
 //!
 //! The folder is the first argument or `--model-dir`. The family comes from `config.json`'s

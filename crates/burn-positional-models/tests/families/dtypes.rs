@@ -6,7 +6,7 @@
 //! (`with_dtype`), and its logits stay within the distance transformers' run in that dtype
 //! keeps from its f32 run (the fixture's `deviation`, relative to the largest f32 logit),
 //! measured from either of transformers' runs. By default a CPU backend computes a bf16 or f16
-//! file in f32 (several times faster there), with a notice naming the memory it costs, unless
+//! file in f32 (faster there), with a notice naming the memory it costs, unless
 //! the f32 copy would not fit; a GPU computes in the file's dtype. On a device that cannot
 //! (bf16 on wgpu: WGSL has no bf16), the default is f32 with a notice, and asking for the dtype
 //! is a typed error at load naming the device, the dtype and the fix, never a panic in a worker
@@ -309,6 +309,7 @@ mod on_ndarray {
         if device.supports_dtype(FloatDType::BF16) {
             super::llama_bf16(&device);
             super::gpt2_bf16(&device);
+            super::softcap_in_bf16(&device);
         } else {
             super::bf16_is_refused_where_it_cannot_run(&device);
         }
