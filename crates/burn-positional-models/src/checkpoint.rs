@@ -234,7 +234,11 @@ impl Checkpoint {
             let values = self.float_values()?;
             let (ours, theirs) = (values * 4, values * 2);
             let name = dtype_name(half);
-            let short = if half == FloatDType::BF16 { "bf16" } else { "f16" };
+            let short = if half == FloatDType::BF16 {
+                "bf16"
+            } else {
+                "f16"
+            };
             let path = self.weights_path.display();
             match available() {
                 Some(free) if ours > free => {

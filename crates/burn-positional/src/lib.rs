@@ -50,10 +50,10 @@ pub use attention::{
 };
 /// Add or concatenate: one type for the layer's config and the kernels.
 pub use burn_positional_kernels::Combine;
-/// Which path a device takes: the fused kernel (its backend's feature is on) or plain tensor ops.
-pub use burn_positional_kernels::fused_covers;
 /// Whether a device computes on the host CPU (flex, ndarray).
 pub use burn_positional_kernels::computes_on_host;
+/// Which path a device takes: the fused kernel (its backend's feature is on) or plain tensor ops.
+pub use burn_positional_kernels::fused_covers;
 pub use burn_positional_kernels::{Grid, GridError};
 /// A few rows times a matrix or its transpose (a decoding step's linear layers and tied head),
 /// in one kernel on wgpu and CUDA.

@@ -85,7 +85,11 @@ fn runs_in_its_dtype(name: &str, device: &Device) {
     if burn_positional::computes_on_host(device) {
         assert_eq!(chosen.dtype, FloatDType::F32, "{source}: f32 on the CPU");
         let notice = chosen.notice.expect("a notice");
-        let short = if file == FloatDType::BF16 { "bf16" } else { "f16" };
+        let short = if file == FloatDType::BF16 {
+            "bf16"
+        } else {
+            "f16"
+        };
         assert!(
             notice.contains(dtype_name(file))
                 && notice.contains("computing in float32 on the CPU")
@@ -98,16 +102,28 @@ fn runs_in_its_dtype(name: &str, device: &Device) {
         let (ours, dtype) = logits(&fx, &default, device).unwrap();
         assert_eq!(dtype, DType::F32, "{source}");
         let own = max_relative_error(ours, fx.tensor("logits_f32", device), &kept(&fx));
-        assert!(own <= deviation, "{source}: f32 default {own:.3e} > {deviation:.3e}");
+        assert!(
+            own <= deviation,
+            "{source}: f32 default {own:.3e} > {deviation:.3e}"
+        );
         // Without memory for the f32 copy, the file's dtype, and the notice says why.
-        let tight = default.compute_dtype_with_memory(device, || Some(1)).unwrap();
+        let tight = default
+            .compute_dtype_with_memory(device, || Some(1))
+            .unwrap();
         assert_eq!(tight.dtype, file, "{source}");
         assert!(
-            tight.notice.as_deref().unwrap_or("").contains("would not fit in the"),
+            tight
+                .notice
+                .as_deref()
+                .unwrap_or("")
+                .contains("would not fit in the"),
             "{source}: {tight:?}"
         );
     } else {
-        assert_eq!(chosen.dtype, file, "{source}: the default is the file's dtype");
+        assert_eq!(
+            chosen.dtype, file,
+            "{source}: the default is the file's dtype"
+        );
         assert!(chosen.notice.is_none(), "{source}");
     }
     let checkpoint = fx.checkpoint().with_dtype(file);
@@ -193,7 +209,9 @@ fn softcap_in_bf16(device: &Device) {
     let caps = fx.json["caps"].as_object().unwrap().clone();
     let (mut ratios, mut table) = (Vec::new(), String::new());
     for seed in seeds {
-        let weights = fx.dir.join(fx.json["weights"][seed.to_string()].as_str().unwrap());
+        let weights = fx
+            .dir
+            .join(fx.json["weights"][seed.to_string()].as_str().unwrap());
         let ids = fx.rows(&format!("s{seed}_input_ids"));
         let mask: Vec<Vec<bool>> = fx
             .rows(&format!("s{seed}_attention_mask"))

@@ -365,7 +365,12 @@ fn a_sliding_layer_without_a_window_is_refused_by_name() {
         ("gemma2", serde_json::Value::Null),
         (
             "gemma2",
-            serde_json::json!(["full_attention", "full_attention", "full_attention", "full_attention"]),
+            serde_json::json!([
+                "full_attention",
+                "full_attention",
+                "full_attention",
+                "full_attention"
+            ]),
         ),
         ("gemma3", serde_json::Value::Null),
     ] {
@@ -422,7 +427,10 @@ fn head_counts_and_widths_of_zero_are_named() {
     });
     refused(
         burn_positional_models::llama::spec(&c),
-        &["`hidden_size` / `num_attention_heads` is 2 / 4 = 0", "set `head_dim`"],
+        &[
+            "`hidden_size` / `num_attention_heads` is 2 / 4 = 0",
+            "set `head_dim`",
+        ],
     );
     for (name, kv, rule) in [
         ("llama", 0, "`num_key_value_heads` is 0"),
@@ -437,7 +445,10 @@ fn head_counts_and_widths_of_zero_are_named() {
             "gemma3" => gemma::gemma3_spec(&c),
             _ => burn_positional_models::qwen2::spec(&c),
         };
-        refused(spec, &[rule, "divide `num_attention_heads` (4)", "leave it out"]);
+        refused(
+            spec,
+            &[rule, "divide `num_attention_heads` (4)", "leave it out"],
+        );
     }
     let (_dir, c) = edited("llama", |j| j["num_attention_heads"] = 0.into());
     refused(

@@ -264,7 +264,9 @@ mod tests {
         // freqs[1::2] (4), as its `PixtralRotaryEmbedding` slices them.
         assert_eq!(
             RopeAxes::AxialAlternate(2).pair_frequencies(18, f),
-            [1800.0, 1802.0, 1804.0, 1806.0, 1808.0, 1801.0, 1803.0, 1805.0, 1807.0]
+            [
+                1800.0, 1802.0, 1804.0, 1806.0, 1808.0, 1801.0, 1803.0, 1805.0, 1807.0
+            ]
         );
         assert_eq!(
             RopeAxes::AxialAlternate(2).pair_axes(9),

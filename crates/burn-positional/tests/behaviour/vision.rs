@@ -387,7 +387,8 @@ fn vision_rope_equals_transformers(device: &Device) {
         let expected: Tensor<4> = fx.tensor(rotated, device);
         let on_grid = odd.apply_positions(fx.tensor(x, device), Positions::Grid(Grid::new([3, 5])));
         assert_close(on_grid, expected.clone(), &format!("{x} on a grid"));
-        let explicit = odd.apply_positions(fx.tensor(x, device), axes_of("pixtral_odd_position_ids"));
+        let explicit =
+            odd.apply_positions(fx.tensor(x, device), axes_of("pixtral_odd_position_ids"));
         assert_close(explicit, expected, &format!("{x} at explicit positions"));
     }
 }
@@ -517,7 +518,9 @@ fn bad_grids_are_named(device: &Device) {
     // A patch of no pixels blames the patch, not the image (issue 71).
     let err = message(table.on_image([16, 16], [0, 6]).unwrap_err());
     assert!(
-        err.contains("`patch` = 0 x 6 pixels") && err.contains("patch_size") && !err.contains("resize"),
+        err.contains("`patch` = 0 x 6 pixels")
+            && err.contains("patch_size")
+            && !err.contains("resize"),
         "{err}"
     );
     let plain = LearnedConfig::new(8).init(8, device);
