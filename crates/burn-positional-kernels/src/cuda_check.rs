@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 use cubecl::ir::{
     DeviceIdentity, DeviceProperties, ElemType, FloatKind, HardwareProperties,
-    MemoryDeviceProperties, MmaProperties, PciVendor, PhysicalDevice, TargetProperties, VectorSize,
+    MemoryDeviceProperties, MmaProperties, OpaqueType, PciVendor, PhysicalDevice, TargetProperties,
+    VectorSize,
     features::{Plane, TypeUsage},
 };
 use cubecl::prelude::*;
@@ -28,10 +29,16 @@ use cubecl_common::device::DeviceId;
 use cubecl_cpp::{
     cuda::{
         arch::CudaArchitecture,
-        mma::{CudaCmmaCompiler, manual::contiguous_elements_cuda},
+        mma::{
+            CudaCmmaCompiler,
+            manual::{contiguous_elements_cuda, supported_mma_combinations},
+        },
     },
     register_supported_types,
-    shared::{CompilationOptions, CppCompiler, CppSupportedFeatures, register_wmma_features},
+    shared::{
+        CompilationOptions, CppCompiler, CppSupportedFeatures, register_mma_features,
+        register_wmma_features,
+    },
     target::Cuda,
 };
 use cubecl_environment::stream::StreamId;
@@ -167,6 +174,7 @@ fn cases(target: &Target) -> Vec<Case> {
     cases.extend(crate::table_grad::cube::cuda_cases(target));
     cases.extend(crate::skinny::cube::cuda_cases(target));
     cases.extend(crate::attention::cube::cuda_cases::cases(target));
+    cases.extend(crate::attention::cube::fragment::cuda_cases(target));
     cases
 }
 
@@ -278,6 +286,26 @@ impl Target {
             CudaCmmaCompiler::Cpp.supported_cmma_combinations(&arch),
             &mut properties,
         );
+        // The register-level MMA (`mma.sync`), `ldmatrix`/`stmatrix` and the mbarrier type, as
+        // `cubecl-cuda`'s runtime registers them (issue 72: the fragment layer's native path).
+        register_mma_features(supported_mma_combinations(&arch), &mut properties);
+        properties.register_opaque_type(OpaqueType::Barrier);
+        for half in [FloatKind::F16, FloatKind::BF16] {
+            if gpu.arch >= 75 {
+                properties
+                    .features
+                    .matmul
+                    .ldmatrix
+                    .insert(ElemType::Float(half));
+            }
+            if gpu.arch >= 90 {
+                properties
+                    .features
+                    .matmul
+                    .stmatrix
+                    .insert(ElemType::Float(half));
+            }
+        }
         let target = TargetProperties {
             mma: MmaProperties {
                 register_size_bits: 32,
@@ -363,6 +391,7 @@ mod tests {
             "attention backward: tensor cores, queries",
             "attention backward: shared",
             "attention backward: registers",
+            "attention fragment: mma.sync probe",
         ];
         for gpu in [H100, A100] {
             let named = |full| {

@@ -33,7 +33,7 @@ mod backward_units;
 pub(crate) mod boundaries;
 #[cfg(feature = "cuda-check")]
 pub(crate) mod cuda_cases;
-mod fragment;
+pub(crate) mod fragment;
 mod registers;
 mod scalars;
 mod split;
