@@ -392,6 +392,7 @@ mod tests {
             "attention backward: shared",
             "attention backward: registers",
             "attention fragment: mma.sync probe",
+            "attention fragment: ldmatrix and shuffle probe",
         ];
         for gpu in [H100, A100] {
             let named = |full| {

@@ -136,6 +136,81 @@ pub(crate) fn mma<F: Float>(
     }
 }
 
+/// Per warp, the shared `u32` values an emulated [`ldmatrix_x4`] or [`shuffle_xor`] takes.
+pub(crate) const LANE_SCRATCH: usize = WARP;
+
+/// `ldmatrix.sync.aligned.m8n8.x4[.trans].b16`: four 8 x 8 matrices of 16-bit values from
+/// `stage` (shared memory), lane `l` naming where row `l % 8` of matrix `l / 8` starts
+/// (`start`, an index into `stage`; natively 16-byte aligned). Lane `l` gets, of matrix `i`,
+/// the pair (row `l / 4`, columns `2 (l % 4)`, `+ 1`), or with `transpose` the pair (rows
+/// `2 (l % 4)`, `+ 1`; column `l / 4`): with matrix `i` at rows `8 (i % 2)`, columns `8 (i / 2)`
+/// of a 16 x 16 tile, the four pairs are that tile's A fragment, or with `transpose` the B
+/// fragments of its two 16 x 8 halves (V for `P V`). Emulated, each lane publishes `start` in
+/// `lanes[w * LANE_SCRATCH..]`, `sync_cube`, reads its pairs from the named rows, `sync_cube`:
+/// the addresses (and the swizzle that makes them) are checked by the emulation too.
+#[cube]
+pub(crate) fn ldmatrix_x4<F: Float>(
+    stage: &[F],
+    start: usize,
+    lanes: &mut [u32],
+    #[comptime] transpose: bool,
+    #[comptime] emulate: bool,
+) -> Array<Vector<F, Const<2>>> {
+    if comptime!(emulate) {
+        let lane = (UNIT_POS % 32u32) as usize;
+        let base = (UNIT_POS / 32u32) as usize * LANE_SCRATCH;
+        lanes[base + lane] = start as u32;
+        sync_cube();
+        let mut out = Array::<Vector<F, Const<2>>>::new(4usize);
+        #[unroll]
+        for i in 0..4usize {
+            let mut pair = Vector::empty();
+            if comptime!(transpose) {
+                let r = base + i * 8usize + 2usize * (lane % 4usize);
+                pair.insert(0usize, stage[lanes[r] as usize + lane / 4usize]);
+                pair.insert(1usize, stage[lanes[r + 1usize] as usize + lane / 4usize]);
+            } else {
+                let row = lanes[base + i * 8usize + lane / 4usize] as usize;
+                pair.insert(0usize, stage[row + 2usize * (lane % 4usize)]);
+                pair.insert(1usize, stage[row + 2usize * (lane % 4usize) + 1usize]);
+            }
+            out[i] = pair;
+        }
+        sync_cube();
+        out
+    } else {
+        let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
+        def.load_matrix::<F, Const<2>>(
+            &stage[start..start + 8usize],
+            MatrixIdent::A,
+            4usize,
+            transpose,
+        )
+    }
+}
+
+/// `x` of lane `lane ^ mask` of this warp (`mask` below 32): natively `SHFL.BFLY`; emulated,
+/// through `lanes[w * LANE_SCRATCH..]` between two `sync_cube` (every unit must call it).
+#[cube]
+pub(crate) fn shuffle_xor(
+    x: f32,
+    #[comptime] mask: u32,
+    lanes: &mut [u32],
+    #[comptime] emulate: bool,
+) -> f32 {
+    if comptime!(emulate) {
+        let lane = UNIT_POS % 32u32;
+        let base = (UNIT_POS / 32u32) as usize * LANE_SCRATCH;
+        lanes[base + lane as usize] = u32::reinterpret(x);
+        sync_cube();
+        let other = f32::reinterpret(lanes[base + (lane ^ mask) as usize]);
+        sync_cube();
+        other
+    } else {
+        plane_shuffle_xor(x, mask)
+    }
+}
+
 /// Slots a lane writes in [`layout_table`]: A's, B's, then the accumulator's elements.
 #[cfg(test)]
 const SLOTS: usize = A_ELEMS + B_ELEMS + C_ELEMS;
@@ -231,6 +306,49 @@ fn mma_tiles<F: Float>(
     }
 }
 
+/// Each warp stages the 16 x 16 tile `tile` (row-major) in shared memory and loads it with
+/// [`ldmatrix_x4`], plain and transposed, each lane naming the rows of the matrices as the
+/// kernels will (matrix `i` at rows `8 (i % 2)`, columns `8 (i / 2)`); lane `l` writes its 8 plain
+/// values, then its 8 transposed ones, at `out[(w * 32 + l) * 16..]`. Then the quad's largest
+/// of `x = lane` by [`shuffle_xor`] with masks 1 and 2, at `quad[w * 32 + l]`.
+#[cfg(any(test, feature = "cuda-check"))]
+#[cube(launch, create_dummy_kernel)]
+fn ldmatrix_tiles<F: Float>(
+    tile: &Tensor<F>,
+    out: &mut Tensor<F>,
+    quad: &mut Tensor<f32>,
+    #[comptime] warps: usize,
+    #[comptime] emulate: bool,
+) {
+    let lane = (UNIT_POS % 32u32) as usize;
+    let warp = (UNIT_POS / 32u32) as usize;
+    let mut stage = Shared::<[F]>::new_aligned_slice(comptime!(warps * 256), 16usize);
+    let mut lanes = Shared::<[u32]>::new_slice(comptime!(warps * LANE_SCRATCH));
+    #[unroll]
+    for j in 0..8usize {
+        stage[warp * 256usize + lane * 8usize + j] = tile[lane * 8usize + j];
+    }
+    sync_cube();
+    let i = lane / 8usize;
+    let row = 8usize * (i % 2usize) + lane % 8usize;
+    let start = warp * 256usize + row * 16usize + 8usize * (i / 2usize);
+    let plain = ldmatrix_x4::<F>(&stage, start, &mut lanes, false, emulate);
+    let trans = ldmatrix_x4::<F>(&stage, start, &mut lanes, true, emulate);
+    let at = (warp * 32usize + lane) * 16usize;
+    #[unroll]
+    for v in 0..4usize {
+        #[unroll]
+        for e in 0..2usize {
+            out[at + v * 2usize + e] = plain[v].extract(e);
+            out[at + 8usize + v * 2usize + e] = trans[v].extract(e);
+        }
+    }
+    let x = lane as f32;
+    let m1 = f32::max(x, shuffle_xor(x, 1u32, &mut lanes, emulate));
+    let m2 = f32::max(m1, shuffle_xor(m1, 2u32, &mut lanes, emulate));
+    quad[warp * 32usize + lane] = m2;
+}
+
 /// The native path for the CUDA compile check: the probe kernel with one `mma.sync` a warp, four
 /// warps, in f16 and bf16 (`.ci/checks` fails a tensor-core case whose SASS has no `HMMA`).
 #[cfg(feature = "cuda-check")]
@@ -260,6 +378,22 @@ pub(crate) fn cuda_cases(target: &crate::cuda_check::Target) -> Vec<crate::cuda_
     }
     probe!(burn::tensor::f16, "F16");
     probe!(burn::tensor::bf16, "BF16");
+    cases.push(Case::new(
+        "attention fragment: ldmatrix and shuffle probe",
+        "F16 x4 and x4.trans, quad max, 2 warps".into(),
+        false,
+        ldmatrix_tiles::create_dummy_kernel::<burn::tensor::f16>(
+            target.properties.clone(),
+            target.target.clone(),
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d((2 * WARP) as u32),
+            tensor(1),
+            tensor(1),
+            tensor(1),
+            2,
+            false,
+        ),
+    ));
     cases
 }
 
@@ -339,6 +473,66 @@ mod tests {
             }
         }
         assert_eq!((a.len(), b.len(), c.len()), (16 * 16, 16 * 8, 16 * 8));
+    }
+
+    /// The emulated `ldmatrix` x4 (plain and transposed) on a coordinate-coded tile, two warps
+    /// a cube: each lane's pairs are the tile's A fragment, and transposed the B fragments of
+    /// its two 16 x 8 halves, as the layout functions place them; the quad max by the emulated
+    /// shuffle is each quad's last lane.
+    #[test]
+    fn emulated_ldmatrix_gives_the_fragments_and_shuffle_the_quad() {
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let burn::backend::DispatchDevice::Cube(cube) = device.as_dispatch().clone().inner() else {
+            panic!("the wgpu device is a cubecl device");
+        };
+        let client = cube.client();
+        let warps = 2;
+        // tile[r][c] = 16 r + c: every value names its cell (exact in f16).
+        let tile: Vec<f16> = (0..256).map(|x| f16::from_f32(x as f32)).collect();
+        let tile_h = client.create_from_slice(f16::as_bytes(&tile));
+        let out = client.create_from_slice(f16::as_bytes(&vec![f16::NAN; warps * 32 * 16]));
+        let quad = client.create_from_slice(f32::as_bytes(&vec![f32::NAN; warps * 32]));
+        // SAFETY: contiguous buffers of the lengths given.
+        let arg = |handle: cubecl::server::Handle, len: usize| unsafe {
+            TensorArg::from_raw_parts(handle, [1].into(), [len].into())
+        };
+        ldmatrix_tiles::launch::<f16>(
+            &client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d((warps * WARP) as u32),
+            arg(tile_h, 256),
+            arg(out.clone(), warps * 32 * 16),
+            arg(quad.clone(), warps * 32),
+            warps,
+            true,
+        );
+        let got: Vec<usize> = f16::from_bytes(&client.read_one_unchecked(out))
+            .iter()
+            .map(|v| v.to_f32() as usize)
+            .collect();
+        let quads = f32::from_bytes(&client.read_one_unchecked(quad)).to_vec();
+        for w in 0..warps {
+            for lane in 0..WARP {
+                let at = (w * 32 + lane) * 16;
+                for i in 0..A_ELEMS {
+                    let (row, col) = ptx(lane, i);
+                    assert_eq!(got[at + i], 16 * row + col, "warp {w}, lane {lane}, A {i}");
+                    // Transposed: pair v of half v / 2 holds B's elements 2 (v % 2), + 1.
+                    let (half, b) = (i / 4, i % 4);
+                    let (k, n) = ptx(lane, A_ELEMS + b);
+                    assert_eq!(
+                        got[at + 8 + i],
+                        16 * k + 8 * half + n,
+                        "warp {w}, lane {lane}, transposed {i}"
+                    );
+                }
+                assert_eq!(
+                    quads[w * 32 + lane],
+                    (lane | 3) as f32,
+                    "warp {w}, lane {lane}"
+                );
+            }
+        }
     }
 
     /// The emulated product on coordinate-coded tiles (small integers, exact in f16 and in f32
