@@ -393,6 +393,7 @@ mod tests {
             "attention backward: registers",
             "attention fragment: mma.sync probe",
             "attention fragment: ldmatrix and shuffle probe",
+            "attention fragment: exp2 probe",
         ];
         for gpu in [H100, A100] {
             let named = |full| {

@@ -211,6 +211,20 @@ pub(crate) fn shuffle_xor(
     }
 }
 
+/// `2^x` for the online softmax (the log2(e) folded into the scale, as FlashAttention-2 does):
+/// natively PTX's `ex2.approx.ftz.f32`, one `MUFU.EX2` (about 2 ulp, denormals flushed) where
+/// CubeCL's `Exp` is the accurate `expf` (about 8 instructions); emulated `e^(x ln 2)`.
+#[cube]
+pub(crate) fn exp2(x: f32, #[comptime] emulate: bool) -> f32 {
+    if comptime!(emulate) {
+        f32::exp(x * core::f32::consts::LN_2)
+    } else {
+        let out: f32;
+        gpu_asm!("ex2.approx.ftz.f32 {}, {};", out(_) out, in(_) x, options(nomem));
+        out
+    }
+}
+
 /// Slots a lane writes in [`layout_table`]: A's, B's, then the accumulator's elements.
 #[cfg(test)]
 const SLOTS: usize = A_ELEMS + B_ELEMS + C_ELEMS;
@@ -349,6 +363,16 @@ fn ldmatrix_tiles<F: Float>(
     quad[warp * 32usize + lane] = m2;
 }
 
+/// `out[i] = 2^x[i]` by [`exp2`], a unit per value (`n` of them).
+#[cfg(any(test, feature = "cuda-check"))]
+#[cube(launch, create_dummy_kernel)]
+fn exp2_values(x: &Tensor<f32>, out: &mut Tensor<f32>, n: u32, #[comptime] emulate: bool) {
+    let i = ABSOLUTE_POS;
+    if i < n as usize {
+        out[i] = exp2(x[i], emulate);
+    }
+}
+
 /// The native path for the CUDA compile check: the probe kernel with one `mma.sync` a warp, four
 /// warps, in f16 and bf16 (`.ci/checks` fails a tensor-core case whose SASS has no `HMMA`).
 #[cfg(feature = "cuda-check")]
@@ -391,6 +415,21 @@ pub(crate) fn cuda_cases(target: &crate::cuda_check::Target) -> Vec<crate::cuda_
             tensor(1),
             tensor(1),
             2,
+            false,
+        ),
+    ));
+    cases.push(Case::new(
+        "attention fragment: exp2 probe",
+        "F32 ex2.approx".into(),
+        false,
+        exp2_values::create_dummy_kernel(
+            target.properties.clone(),
+            target.target.clone(),
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(128),
+            tensor(1),
+            tensor(1),
+            1,
             false,
         ),
     ));
@@ -532,6 +571,43 @@ mod tests {
                     "warp {w}, lane {lane}"
                 );
             }
+        }
+    }
+
+    /// The emulated `exp2` on the softmax's range (shifted scores, `x <= 0`, and a little above)
+    /// against 2^x in f64: within 4 ulp of f32.
+    #[test]
+    fn emulated_exp2_is_two_to_the_x() {
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let burn::backend::DispatchDevice::Cube(cube) = device.as_dispatch().clone().inner() else {
+            panic!("the wgpu device is a cubecl device");
+        };
+        let client = cube.client();
+        let xs: Vec<f32> = (0..256).map(|i| -60.0 + i as f32 * 0.25 + 0.013).collect();
+        let n = xs.len();
+        let x_h = client.create_from_slice(f32::as_bytes(&xs));
+        let out = client.create_from_slice(f32::as_bytes(&vec![f32::NAN; n]));
+        // SAFETY: contiguous buffers of `n` values.
+        let arg = |handle: cubecl::server::Handle| unsafe {
+            TensorArg::from_raw_parts(handle, [1].into(), [n].into())
+        };
+        exp2_values::launch(
+            &client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(n as u32),
+            arg(x_h),
+            arg(out.clone()),
+            n as u32,
+            true,
+        );
+        let got = f32::from_bytes(&client.read_one_unchecked(out)).to_vec();
+        for (x, y) in xs.iter().zip(got) {
+            let want = 2f64.powf(*x as f64);
+            let ulp = (want as f32).abs() * f32::EPSILON;
+            assert!(
+                ((y as f64) - want).abs() <= 4.0 * ulp as f64,
+                "2^{x}: {y}, want {want}"
+            );
         }
     }
 
