@@ -305,6 +305,52 @@ def count_mma(sass: str) -> tuple[int, dict]:
     return hmma, dict(sorted(counts.items()))
 
 
+INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)([^;]*);")
+
+
+def sass_functions(sass: str) -> dict:
+    """Each function's instructions as (address, mnemonic, operands), from cuobjdump -sass."""
+    out: dict = {}
+    current = None
+    for line in sass.splitlines():
+        if m := re.match(r"\s*Function : (\S+)", line):
+            current = m.group(1)
+            out[current] = []
+        elif current and (m := INSTRUCTION.match(line)):
+            out[current].append((int(m.group(1), 16), m.group(2), m.group(3)))
+    return out
+
+
+def inner_loop(instructions: list) -> dict | None:
+    """The loop a FlashAttention kernel spends its time in, read from the SASS (issue 72): of the
+    back edges (a `BRA` whose target is at or before its own address, the target after an `EXIT`
+    that branches to itself excluded), the region [target, branch] with the most HMMA. Returns
+    its counts: instructions, HMMA, MUFU.EX2, LDSM (plain and transposed), SHFL.BFLY, BAR, plain
+    shared loads and stores (LDS, STS), local memory (LDL, STL), async copies (LDGSTS), and the
+    accurate exp's FFMA.SAT and FFMA.RM; None without a back edge."""
+    best = None
+    for address, mnemonic, operands in instructions:
+        if not mnemonic.startswith("BRA"):
+            continue
+        target = re.search(r"0x([0-9a-f]+)", operands)
+        if not target or int(target.group(1), 16) >= address:
+            continue
+        start = int(target.group(1), 16)
+        body = [m for a, m, _ in instructions if start <= a <= address]
+        count = lambda *names: sum(1 for m in body if any(m == n or m.startswith(n + ".") for n in names))
+        found = {
+            "start": start, "end": address, "instructions": len(body), "hmma": count("HMMA"),
+            "mufu_ex2": sum(1 for m in body if m.startswith("MUFU.EX2")),
+            "ldsm": count("LDSM"), "ldsm_trans": sum(1 for m in body if m.startswith("LDSM") and ".MT" in m),
+            "shfl_bfly": sum(1 for m in body if m.startswith("SHFL.BFLY")), "bar": count("BAR"),
+            "lds": count("LDS"), "sts": count("STS"), "local": count("LDL", "STL"), "ldgsts": count("LDGSTS"),
+            "accurate_exp": sum(1 for m in body if m.startswith(("FFMA.SAT", "FFMA.RM"))),
+        }
+        if best is None or found["hmma"] > best["hmma"]:
+            best = found
+    return best
+
+
 # --------------------------------------------------------------------------------------------
 # One program: compile, disassemble.
 
@@ -323,6 +369,7 @@ class Program:
     res_usage: dict = field(default_factory=dict)
     hmma: int = 0
     mma: dict = field(default_factory=dict)
+    loops: dict = field(default_factory=dict)
     sass_functions: list = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
@@ -353,6 +400,7 @@ def build_program(program: Program, nvrtc: Nvrtc, include_dirs: list[str], bin_d
                 f.write(run.stdout)
             program.res_usage = parse_res_usage(run.stdout)
             program.hmma, program.mma = count_mma(run.stdout)
+            program.loops = {name: inner_loop(ins) for name, ins in sass_functions(run.stdout).items()}
             program.sass_functions = re.findall(r"^\s*Function : (\S+)", run.stdout, re.M)
     program.seconds = time.monotonic() - start
     return program
@@ -452,6 +500,7 @@ def make_row(index: int, entry: dict, program: Program, known_spills: dict | Non
     row["shared_per_block"] = row["static_shared"] + row["dynamic_shared"]
     row.update(occupancy(arch, threads, row["registers"], row["shared_per_block"]))
     row["hmma"], row["mma"] = program.hmma, program.mma
+    row["loop"] = program.loops.get(name)
     # Spills anywhere in the program (the entry, or a device function it calls), against the
     # known spills (`--spills`): a spill listed there passes while it does not grow.
     stores = sum(f["spill_stores"] for f in program.frames.values())
@@ -640,6 +689,11 @@ def self_test(jobs: int) -> int:
             if key == "hmma_min":
                 if row.get("hmma", 0) < value:
                     problems.append(f"{what}: {row.get('hmma')} HMMA, expected at least {value}")
+            elif key == "loop":
+                found = row.get("loop") or {}
+                for name, want in value.items():
+                    if found.get(name) != want:
+                        problems.append(f"{what}: inner loop {name} = {found.get(name)!r}, expected {want!r}")
             elif row.get(key) != value:
                 problems.append(f"{what}: {key} = {row.get(key)!r}, expected {value!r}")
     if code != (1 if any(e.get("expect", {}).get("failures") for e in manifest) else 0):
