@@ -394,6 +394,7 @@ mod tests {
             "attention fragment: mma.sync probe",
             "attention fragment: ldmatrix and shuffle probe",
             "attention fragment: exp2 probe",
+            "attention fragment: async copy probe",
         ];
         for gpu in [H100, A100] {
             let named = |full| {

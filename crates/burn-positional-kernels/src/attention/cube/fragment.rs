@@ -1,6 +1,6 @@
 //! The register fragments of NVIDIA's `mma.sync.m16n8k16` (f16 or bf16 in, f32 accumulators):
-//! which element of which tile each of a warp's 32 lanes holds (issue 72, the fragment layer's
-//! first part). The FlashAttention-2 kernel keeps S, P and O in these registers; its index
+//! which element of which tile each of a warp's 32 lanes holds, and the warp-level operations on
+//! them (issue 72, the fragment layer). The FlashAttention-2 kernel keeps S, P and O in these registers; its index
 //! logic is written against the functions here, which are cubecl's own layout polyfills
 //! (`polyfills::mma::{row_index, col_index}`, what the CUDA lowering of `mma.sync` and
 //! `position_of_nth` expand), so the layout the kernel assumes is the one the instruction reads.
@@ -12,6 +12,12 @@
 //! | A (16 x 16) | 8 | `g + 8 ((i >> 1) & 1)` | `2t + (i & 1) + 8 ((i >> 2) & 1)` |
 //! | B (16 x 8) | 4 | `2t + (i & 1) + 8 (i >> 1)` (k) | `g` (n) |
 //! | C, D (16 x 8) | 4 | `g + 8 (i >> 1)` | `2t + (i & 1)` |
+//!
+//! Beside the layouts: one product a warp ([`mma`]), `ldmatrix` ([`ldmatrix_x4`]), the quad
+//! shuffle ([`shuffle_xor`]), `exp2` ([`exp2`]) and the async copy with FlashAttention-2's
+//! groups ([`copy_16_bytes`], [`commit_group`], [`wait_group`]): each native on CUDA and, with
+//! `emulate`, the same operation over a "virtual warp" of 32 consecutive units through shared
+//! memory (every adapter without them: lavapipe in CI), so a kernel's index logic is one code.
 //!
 //! FlashAttention-2's register trick follows from the table: the accumulators of S's n8-tiles
 //! `2s` and `2s + 1` (keys `16s..16s + 16`), in that order, are element for element the A
@@ -225,6 +231,56 @@ pub(crate) fn exp2(x: f32, #[comptime] emulate: bool) -> f32 {
     }
 }
 
+/// 16 bytes of `src` (global memory) to `dst` (shared memory, 16-byte aligned), without waiting:
+/// natively `cp.async.cg` (sm_80 and up), which lands after [`commit_group`] and [`wait_group`];
+/// emulated, a plain copy. FlashAttention-2 stages each key and value block this way, the next
+/// block's copies in flight while the current one is computed.
+#[cube]
+pub(crate) fn copy_16_bytes<F: Float>(
+    src: &[F],
+    src_at: usize,
+    dst: &mut [F],
+    dst_at: usize,
+    #[comptime] emulate: bool,
+) {
+    // The element's size as the kernel is expanded for its dtype (inside `comptime!` the generic
+    // is a placeholder type).
+    let size = F::size();
+    let n = comptime!(16 / size);
+    if comptime!(emulate) {
+        #[unroll]
+        for i in 0..n {
+            dst[dst_at + i] = src[src_at + i];
+        }
+    } else {
+        cubecl::frontend::barrier::copy_async(
+            &src[src_at..src_at + n],
+            &mut dst[dst_at..dst_at + n],
+            n as u32,
+        );
+    }
+}
+
+/// Closes the group of the unit's [`copy_16_bytes`] issued since the last one (`cp.async.commit_group`;
+/// nothing emulated).
+#[cube]
+pub(crate) fn commit_group(#[comptime] emulate: bool) {
+    if comptime!(!emulate) {
+        gpu_asm!("cp.async.commit_group;", options(explicit_mem));
+    }
+}
+
+/// Waits until at most `pending` of the unit's committed groups are still in flight
+/// (`cp.async.wait_group`), then `sync_cube` so every unit's copies are visible (emulated: the
+/// barrier alone). Every unit of the cube must call it.
+#[cube]
+pub(crate) fn wait_group(#[comptime] pending: u32, #[comptime] emulate: bool) {
+    if comptime!(!emulate) {
+        gpu_asm!("cp.async.wait_group {n};", n = const pending, options(explicit_mem));
+    }
+    sync_cube();
+}
+
 /// Slots a lane writes in [`layout_table`]: A's, B's, then the accumulator's elements.
 #[cfg(test)]
 const SLOTS: usize = A_ELEMS + B_ELEMS + C_ELEMS;
@@ -363,6 +419,35 @@ fn ldmatrix_tiles<F: Float>(
     quad[warp * 32usize + lane] = m2;
 }
 
+/// Two stages of a double-buffered copy, as the forward will run them: each of the cube's units
+/// copies 16 bytes of `src`'s first half into stage 0 and commits, then of its second half into
+/// stage 1 and commits; waits for the first group (one left in flight) and writes stage 0 out
+/// reversed, waits for the second and writes stage 1 out reversed (`out[i]` holds
+/// `src[half - 1 - i]` of its half: every unit reads what others copied).
+#[cfg(any(test, feature = "cuda-check"))]
+#[cube(launch, create_dummy_kernel)]
+fn staged_copy<F: Float>(src: &Tensor<F>, out: &mut Tensor<F>, #[comptime] emulate: bool) {
+    let size = F::size();
+    let chunk = comptime!(16 / size);
+    let half = chunk * CUBE_DIM as usize;
+    let mut stage = Shared::<[F]>::new_aligned_slice(comptime!(2 * 64 * chunk), 16usize);
+    let at = UNIT_POS as usize * chunk;
+    copy_16_bytes::<F>(src, at, &mut stage, at, emulate);
+    commit_group(emulate);
+    copy_16_bytes::<F>(src, half + at, &mut stage, half + at, emulate);
+    commit_group(emulate);
+    wait_group(1u32, emulate);
+    #[unroll]
+    for i in 0..chunk {
+        out[at + i] = stage[half - 1 - (at + i)];
+    }
+    wait_group(0u32, emulate);
+    #[unroll]
+    for i in 0..chunk {
+        out[half + at + i] = stage[half + half - 1 - (at + i)];
+    }
+}
+
 /// `out[i] = 2^x[i]` by [`exp2`], a unit per value (`n` of them).
 #[cfg(any(test, feature = "cuda-check"))]
 #[cube(launch, create_dummy_kernel)]
@@ -415,6 +500,20 @@ pub(crate) fn cuda_cases(target: &crate::cuda_check::Target) -> Vec<crate::cuda_
             tensor(1),
             tensor(1),
             2,
+            false,
+        ),
+    ));
+    cases.push(Case::new(
+        "attention fragment: async copy probe",
+        "F16 two stages, 64 units".into(),
+        false,
+        staged_copy::create_dummy_kernel::<burn::tensor::f16>(
+            target.properties.clone(),
+            target.target.clone(),
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(64),
+            tensor(1),
+            tensor(1),
             false,
         ),
     ));
@@ -607,6 +706,46 @@ mod tests {
             assert!(
                 ((y as f64) - want).abs() <= 4.0 * ulp as f64,
                 "2^{x}: {y}, want {want}"
+            );
+        }
+    }
+
+    /// The emulated double-buffered copy: both stages land, and each unit reads what the others
+    /// copied.
+    #[test]
+    fn emulated_async_copy_stages_both_halves() {
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let burn::backend::DispatchDevice::Cube(cube) = device.as_dispatch().clone().inner() else {
+            panic!("the wgpu device is a cubecl device");
+        };
+        let client = cube.client();
+        let (units, chunk) = (64, 8);
+        let half = units * chunk;
+        let src: Vec<f16> = (0..2 * half).map(|x| f16::from_f32(x as f32)).collect();
+        let src_h = client.create_from_slice(f16::as_bytes(&src));
+        let out = client.create_from_slice(f16::as_bytes(&vec![f16::NAN; 2 * half]));
+        // SAFETY: contiguous buffers of `2 half` values.
+        let arg = |handle: cubecl::server::Handle| unsafe {
+            TensorArg::from_raw_parts(handle, [1].into(), [2 * half].into())
+        };
+        staged_copy::launch::<f16>(
+            &client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(units as u32),
+            arg(src_h),
+            arg(out.clone()),
+            true,
+        );
+        let got: Vec<f32> = f16::from_bytes(&client.read_one_unchecked(out))
+            .iter()
+            .map(|v| v.to_f32())
+            .collect();
+        for i in 0..half {
+            assert_eq!(got[i], (half - 1 - i) as f32, "stage 0, value {i}");
+            assert_eq!(
+                got[half + i],
+                (2 * half - 1 - i) as f32,
+                "stage 1, value {i}"
             );
         }
     }
