@@ -281,6 +281,23 @@ pub(crate) fn wait_group(#[comptime] pending: u32, #[comptime] emulate: bool) {
     sync_cube();
 }
 
+/// P's A operand for keys `16s..16s + 16` from the accumulators of S's n8-tiles `2s` (`lo`) and
+/// `2s + 1` (`hi`), in registers: `[lo[0], lo[1], hi[0], hi[1]]` rounded to `F` pairs
+/// (FlashAttention-2's `convert_layout_acc_Aregs`; natively one `F2FP` a pair). The layouts make
+/// it exact: see [`p_operand_tile`].
+#[cube]
+pub(crate) fn p_operand<F: Float>(
+    lo: &Array<Vector<f32, Const<2>>>,
+    hi: &Array<Vector<f32, Const<2>>>,
+) -> Array<Vector<F, Const<2>>> {
+    let mut a = Array::<Vector<F, Const<2>>>::new(4usize);
+    a[0] = Vector::<F, Const<2>>::cast_from(lo[0]);
+    a[1] = Vector::<F, Const<2>>::cast_from(lo[1]);
+    a[2] = Vector::<F, Const<2>>::cast_from(hi[0]);
+    a[3] = Vector::<F, Const<2>>::cast_from(hi[1]);
+    a
+}
+
 /// Slots a lane writes in [`layout_table`]: A's, B's, then the accumulator's elements.
 #[cfg(test)]
 const SLOTS: usize = A_ELEMS + B_ELEMS + C_ELEMS;
@@ -445,6 +462,40 @@ fn staged_copy<F: Float>(src: &Tensor<F>, out: &mut Tensor<F>, #[comptime] emula
     #[unroll]
     for i in 0..chunk {
         out[half + at + i] = stage[half + half - 1 - (at + i)];
+    }
+}
+
+/// One warp: each lane loads its accumulators of the two n8-tiles of the 16 x 16 `s` (columns
+/// 0..8 and 8..16) through the accumulator layout, turns them into P's A operand
+/// ([`p_operand`]) and stores that through the A layout into `out`: `out` is `s` again.
+#[cfg(test)]
+#[cube(launch)]
+fn s_to_p<F: Float>(s: &Tensor<f32>, out: &mut Tensor<F>) {
+    let lane = UNIT_POS % 32u32;
+    let mut lo = Array::<Vector<f32, Const<2>>>::new(2usize);
+    let mut hi = Array::<Vector<f32, Const<2>>>::new(2usize);
+    #[unroll]
+    for v in 0..2usize {
+        let mut l = Vector::empty();
+        let mut h = Vector::empty();
+        #[unroll]
+        for e in 0..2usize {
+            let i = (v * 2usize + e) as u32;
+            let at = (c_row(lane, i) * 16u32 + c_col(lane, i)) as usize;
+            l.insert(e, s[at]);
+            h.insert(e, s[at + 8usize]);
+        }
+        lo[v] = l;
+        hi[v] = h;
+    }
+    let a = p_operand::<F>(&lo, &hi);
+    #[unroll]
+    for v in 0..4usize {
+        #[unroll]
+        for e in 0..2usize {
+            let i = (v * 2usize + e) as u32;
+            out[(a_row(lane, i) * 16u32 + a_col(lane, i)) as usize] = a[v].extract(e);
+        }
     }
 }
 
@@ -708,6 +759,39 @@ mod tests {
                 "2^{x}: {y}, want {want}"
             );
         }
+    }
+
+    /// S's accumulators of two n8-tiles, converted in registers, are P's A operand for the 16
+    /// keys: the tile comes back cell for cell (small integers, exact in f16).
+    #[test]
+    fn s_accumulators_convert_to_ps_a_operand() {
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let burn::backend::DispatchDevice::Cube(cube) = device.as_dispatch().clone().inner() else {
+            panic!("the wgpu device is a cubecl device");
+        };
+        let client = cube.client();
+        let s: Vec<f32> = (0..256).map(|x| x as f32 - 100.0).collect();
+        let s_h = client.create_from_slice(f32::as_bytes(&s));
+        let out = client.create_from_slice(f16::as_bytes(&vec![f16::NAN; 256]));
+        // SAFETY: contiguous buffers of 256 values.
+        let (s_arg, out_arg) = unsafe {
+            (
+                TensorArg::from_raw_parts(s_h, [1].into(), [256].into()),
+                TensorArg::from_raw_parts(out.clone(), [1].into(), [256].into()),
+            )
+        };
+        s_to_p::launch::<f16>(
+            &client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(WARP as u32),
+            s_arg,
+            out_arg,
+        );
+        let got: Vec<f32> = f16::from_bytes(&client.read_one_unchecked(out))
+            .iter()
+            .map(|v| v.to_f32())
+            .collect();
+        assert_eq!(got, s);
     }
 
     /// The emulated double-buffered copy: both stages land, and each unit reads what the others
