@@ -561,7 +561,6 @@ fn read_index(index: &Path) -> Result<Vec<PathBuf>, ModelError> {
     Ok(shards)
 }
 
-/// The dtype of every tensor in a safetensors file's header (8 bytes of length, then JSON).
 /// The memory the system has available for a new allocation, in bytes (`None` where the
 /// platform does not say).
 fn available_memory() -> Option<u64> {
@@ -581,7 +580,8 @@ fn bytes(n: u64) -> String {
     }
 }
 
-/// Each tensor's dtype and element count in a safetensors file's header.
+/// Each tensor's dtype and element count in a safetensors file's header (8 bytes of length,
+/// then JSON).
 fn header_tensors(path: &Path) -> Result<Vec<(String, u64)>, ModelError> {
     use std::io::Read;
     let file = path.display().to_string();
