@@ -149,7 +149,8 @@ pub fn check_heads(
 /// Refuses a `sliding_window` of `null` where transformers needs one at the first forward:
 /// `window` is the window the layers marked sliding take (`None`: null, or turned off), and
 /// `always` says the family builds the sliding mask whatever `layer_types` says (Gemma 2 and 3,
-/// whose models build both masks on every forward).
+/// whose models build both masks on every forward), and `off_by` names the flag that nulls the
+/// window when false (Qwen 2 and 3: `use_sliding_window`).
 ///
 /// # Errors
 ///

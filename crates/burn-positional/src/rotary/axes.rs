@@ -38,8 +38,8 @@ pub enum RopeAxes {
     Axial(usize),
     /// Axial, frequencies dealt in turn: frequency `k` of the whole rotation goes to axis
     /// `k % n`, then the pairs are grouped by axis (Pixtral: rows take `freqs[::2]`, columns
-    /// `freqs[1::2]`). With a pair count `n` does not divide, the first axes take one pair more,
-    /// as the slices do (9 pairs: rows 5, columns 4).
+    /// `freqs[1::2]`). When `n` does not divide the pairs, the first axes take one pair more, as
+    /// the slices do (9 pairs: rows 5, columns 4).
     AxialAlternate(usize),
 }
 
