@@ -69,8 +69,8 @@ pub fn flash_boundaries(
             let client = device.client();
             let properties = client.properties();
             let resolved = super::variant::pick(variant, &client, dtype);
-            let emulate = !super::variant::cmma_ready(&properties, dtype);
-            let cpu = properties.identity.physical.is_none();
+            let cmma = super::variant::cmma_ready(&properties, dtype);
+            let mma = super::variant::mma_ready(&properties, dtype);
             super::cube::boundaries::boundaries(
                 resolved,
                 group,
@@ -78,8 +78,8 @@ pub fn flash_boundaries(
                 d_v,
                 dtype.size(),
                 &properties.hardware,
-                emulate && cpu,
-                !emulate,
+                cmma,
+                mma,
                 super::variant::requested_key_splits(),
             )
         }

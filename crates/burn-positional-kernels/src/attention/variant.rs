@@ -285,6 +285,37 @@ pub(crate) fn cmma_ready(
         })
 }
 
+/// Whether the device runs `mma.sync.m16n8k16` with `dtype` operands (f16 or bf16 only) and
+/// f32 accumulators, on warps of exactly 32 units: CubeCL's manual MMA, which only its C++
+/// compilers register (CUDA here: the crate builds no HIP backend), so the tensor-core forward's
+/// PTX (`ex2.approx`, `cp.async` groups) is safe where this holds. Elsewhere that kernel runs
+/// its emulated warps.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) fn mma_ready(
+    properties: &cubecl::ir::DeviceProperties,
+    dtype: burn::tensor::DType,
+) -> bool {
+    use burn::tensor::DType;
+    use cubecl::ir::features::MmaConfig;
+    use cubecl::ir::{ElemType, FloatKind};
+    let operand = match dtype {
+        DType::F16 => ElemType::Float(FloatKind::F16),
+        DType::BF16 => ElemType::Float(FloatKind::BF16),
+        _ => return false,
+    };
+    let hardware = &properties.hardware;
+    hardware.plane_size_min == 32
+        && hardware.plane_size_max == 32
+        && properties.features.matmul.mma.contains(&MmaConfig {
+            a_type: operand,
+            b_type: operand,
+            cd_type: ElemType::Float(FloatKind::F32),
+            m: 16,
+            n: 8,
+            k: 16,
+        })
+}
+
 /// Launches of the register, shared and tensor-core kernels, forward (0, 1, 2) and backward
 /// (3, 4, 5).
 #[cfg(feature = "testing")]

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use cubecl::ir::HardwareProperties;
 
 use super::backward::per_unit as backward_per_unit;
-use super::tensor_cores::{LOOP_LIMIT, TILE, forward_iterations};
+use super::tensor_cores::TILE;
 use super::{KEY_BLOCK, backward_shared, backward_tensor_cores, registers, shared, split};
 use crate::attention::Sizes;
 use crate::attention::boundaries::{FlashBoundaries, LONG};
@@ -22,9 +22,9 @@ fn around(set: &mut BTreeSet<usize>, n: usize) {
 }
 
 /// The boundaries of `variant` (resolved: not `Auto`) for heads of `d_head` and `d_v` in
-/// groups of `group`, with `elem_size`-byte floats, on a device with `hardware`; `cpu_adapter`
-/// and `emulate` say whether llvmpipe's loop limit applies, `cmma` whether the products run on
-/// cooperative matrices. `key_splits` is a forced split count
+/// groups of `group`, with `elem_size`-byte floats, on a device with `hardware`; `cmma` says
+/// whether the backward's products run on cooperative matrices, `mma` whether the forward's
+/// warps are native (else emulated, with their exchange space). `key_splits` is a forced split count
 /// (the tests'), else the device's `multiprocessors` decide.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn boundaries(
@@ -34,8 +34,8 @@ pub(crate) fn boundaries(
     d_v: usize,
     elem_size: usize,
     hardware: &HardwareProperties,
-    emulate_on_cpu: bool,
     cmma: bool,
+    mma: bool,
     key_splits: Option<usize>,
 ) -> FlashBoundaries {
     // A long call: the plans' choices that do not depend on the length.
@@ -51,34 +51,27 @@ pub(crate) fn boundaries(
     let long = sizes(4096, 4096);
     let mut queries = BTreeSet::from([1]);
     let mut keys: BTreeSet<usize> = LONG.into_iter().collect();
-    let mut loop_limit_keys = None;
+    // No plan's walk meets llvmpipe's loop limit at the lengths the tests take (the
+    // tensor-core forward's one run-time loop walks blocks of keys).
+    let loop_limit_keys = None;
     let mut fits = true;
     // The backward's register kernel is every variant's fallback: its blocks always apply.
     let per_unit = backward_per_unit(&long);
     around(&mut queries, per_unit);
     match variant {
         FlashVariant::TensorCores => {
-            let forward = super::tensor_cores::plan(&long, group, elem_size, hardware);
+            let forward = super::mma::plan(&long, group, elem_size, hardware, !mma);
             let backward = backward_tensor_cores::plan(&long, group, elem_size, hardware);
             fits = forward.is_some()
                 && backward.is_some()
                 && super::tensor_cores::width_checked(&long, !cmma);
+            // The forward's one run-time loop walks blocks: llvmpipe's loop limit is millions of
+            // keys away.
             if let Some(plan) = forward {
                 around(&mut queries, plan.rows());
-                around(&mut keys, plan.stage);
-                if emulate_on_cpu {
-                    // The most keys of one query row under the limit, and one past it.
-                    // The iterations grow with the keys: the last length that fits, by bisection.
-                    let fits = |n: usize| forward_iterations(&plan, &sizes(1, n)) < LOOP_LIMIT;
-                    let (mut lo, mut hi) = (0, LOOP_LIMIT * TILE);
-                    while lo + 1 < hi {
-                        let mid = (lo + hi) / 2;
-                        if fits(mid) { lo = mid } else { hi = mid }
-                    }
-                    keys.insert(lo);
-                    keys.insert(lo + 1);
-                    loop_limit_keys = Some(lo);
-                }
+                around(&mut queries, plan.m_tiles * super::mma::M_TILE);
+                around(&mut keys, plan.block);
+                around(&mut keys, plan.stages * plan.block);
             }
             if let Some(plan) = backward {
                 around(&mut queries, plan.tiles * TILE);

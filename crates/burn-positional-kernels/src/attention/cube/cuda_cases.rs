@@ -3,8 +3,9 @@
 //! [`launch`](super::launch) and [`launch_backward`](super::launch_backward) take, through the
 //! same plans, for long sequences (a short sequence takes smaller cubes of the same code).
 //!
-//! - The tensor-core kernels where the launches take them: widths whose `cmma` products were
-//!   checked on an H200 (`CMMA_CHECKED_WIDTHS`), and f32 emulated.
+//! - The tensor-core forward (`mma.sync`, f32 emulated) at every width, and the tensor-core
+//!   backward where the launches take it: widths whose `cmma` products were checked on an H200
+//!   (`CMMA_CHECKED_WIDTHS`), and f32 emulated.
 //! - The shared and register kernels, forced or as the fallback.
 //! - The split keys' combine.
 //!
@@ -17,11 +18,11 @@ use burn::tensor::DType;
 use cubecl::prelude::*;
 
 use super::{
-    KEY_BLOCK, ScalarsLaunch, backward, backward_shared, backward_tensor_cores, registers, shared,
-    split, tensor_cores,
+    KEY_BLOCK, ScalarsLaunch, backward, backward_shared, backward_tensor_cores, mma, registers,
+    shared, split, tensor_cores,
 };
 use crate::attention::Sizes;
-use crate::attention::variant::cmma_ready;
+use crate::attention::variant::{cmma_ready, mma_ready};
 use crate::cuda_check::{Case, Target, elementwise_dim, tensor};
 
 /// Head widths `(d_head, d_v)`: the models' 32, 64 and 128, and the odd widths the tests launch
@@ -130,15 +131,13 @@ fn forward(
     let (d_head, d_v) = width;
     let dtypes = storage_types(dtype);
     let name = |what: String| format!("{dtype:?} d{d_head}/{d_v} group {group}: {what}");
-    let emulate = !cmma_ready(properties, dtype);
-    if tensor_cores::width_checked(&sizes, emulate)
-        && let Some(plan) = tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
-    {
-        let kernel = tensor_cores::flash_tensor_cores_kernel::create_dummy_kernel(
+    let emulate = !mma_ready(properties, dtype);
+    if let Some(plan) = mma::plan(&sizes, group, dtype.size(), &properties.hardware, emulate) {
+        let kernel = mma::flash_mma_kernel::create_dummy_kernel(
             properties.clone(),
             target.target.clone(),
             CubeCount::Static(1, 1, 1),
-            CubeDim::new_1d((plan.planes() * tensor_cores::PLANE) as u32),
+            CubeDim::new_1d(plan.units() as u32),
             tensor(4),
             tensor(4),
             tensor(4),
@@ -153,17 +152,19 @@ fn forward(
             plan.span as u32,
             d_head,
             d_v,
-            plan.stage,
-            plan.planes(),
+            plan.block,
+            plan.m_tiles,
+            plan.stages,
             emulate,
             dtypes,
         );
         cases.push(Case::new(
             "attention forward: tensor cores",
             name(format!(
-                "stage {} planes {}{}",
-                plan.stage,
-                plan.planes(),
+                "block {} stages {} rows {}{}",
+                plan.block,
+                plan.stages,
+                plan.m_tiles * mma::M_TILE,
                 if emulate { " (emulated)" } else { "" }
             )),
             !emulate,
@@ -407,22 +408,21 @@ fn scalars() -> ScalarsLaunch {
 mod tests {
     use burn::tensor::DType;
 
-    use super::cmma_ready;
+    use super::{cmma_ready, mma_ready};
     use crate::cuda_check::{A100, H100, Target};
 
-    /// The properties stand for what `cubecl-cuda` reads off the GPUs: `cmma` for the halves
-    /// (so the tensor-core kernels take the tensor cores, as on the H200 of issue 61), not f32.
+    /// The properties stand for what `cubecl-cuda` reads off the GPUs: `cmma` and `mma.sync`
+    /// for the halves (so the tensor-core kernels take the tensor cores, as on the H200 of issue
+    /// 61), not f32.
     #[test]
     fn the_gpus_have_tensor_cores_for_halves_only() {
         for gpu in [H100, A100] {
             let target = Target::for_tests(gpu);
-            for (dtype, cmma) in [(DType::F16, true), (DType::BF16, true), (DType::F32, false)] {
-                assert_eq!(
-                    cmma_ready(&target.properties, dtype),
-                    cmma,
-                    "{} {dtype:?}",
-                    gpu.name
-                );
+            for (dtype, native) in [(DType::F16, true), (DType::BF16, true), (DType::F32, false)]
+            {
+                let p = &target.properties;
+                assert_eq!(cmma_ready(p, dtype), native, "{} {dtype:?} cmma", gpu.name);
+                assert_eq!(mma_ready(p, dtype), native, "{} {dtype:?} mma", gpu.name);
             }
         }
     }

@@ -34,6 +34,7 @@ pub(crate) mod boundaries;
 #[cfg(feature = "cuda-check")]
 pub(crate) mod cuda_cases;
 pub(crate) mod fragment;
+mod mma;
 mod registers;
 mod scalars;
 mod split;
@@ -50,7 +51,7 @@ use cubecl::prelude::*;
 
 use super::check_sizes;
 use super::tile::TileArgs;
-use super::variant::{FlashVariant, cmma_ready, count_launch, pick};
+use super::variant::{FlashVariant, count_launch, mma_ready, pick};
 
 /// A hidden score (WGSL has no infinity literal): `exp(HIDDEN - m)` is 0 for any real `m`.
 const HIDDEN: f32 = -1.0e30;
@@ -226,16 +227,14 @@ fn head_bias<F: Float, C: Float>(bias: &Tensor<F>, p: &Scalars, head: usize) -> 
     (slope, head * (2 * p.reach as usize + 1))
 }
 
-/// The score `x = scale q . k` of a query and a key made final: softcap, bias from
-/// `rel = key position - query position`, and [`HIDDEN`] where a mask hides the key (`seen`:
-/// the key is in range, not padding, and the query row exists).
+/// The score `x = scale q . k` of a query and a key with what every visible pair gets: the
+/// softcap, then the bias from `rel = key position - query position` (ALiBi's slope, or the
+/// distance table). [`final_score`] adds the masks; a block every row sees whole (the
+/// tensor-core kernel's classification) needs only this.
 #[cube]
-fn final_score<F: Float, C: Float>(
+fn biased_score<F: Float, C: Float>(
     x: C,
     rel: i32,
-    seen: bool,
-    q_segment: i32,
-    k_segment: i32,
     bias: &Tensor<F>,
     slope: C,
     table_base: usize,
@@ -246,6 +245,33 @@ fn final_score<F: Float, C: Float>(
     if (flags & CAPPED) != 0 {
         x = C::tanh(x / C::cast_from(p.softcap)) * C::cast_from(p.softcap);
     }
+    if (flags & ALIBI) != 0 {
+        let mut distance = rel;
+        if rel < 0 {
+            distance = -rel;
+        }
+        x -= slope * C::cast_from(distance);
+    }
+    if (flags & BY_DISTANCE) != 0 {
+        let at = min(max(rel, -p.reach), p.reach) + p.reach;
+        x += C::cast_from(bias[table_base + at as usize]);
+    }
+    x
+}
+
+/// A biased score ([`biased_score`]) or [`HIDDEN`] where a mask hides the key (`seen`: the
+/// key is in range, not padding, and the query row exists; the causal mask, the window, the
+/// segments, from `rel = key position - query position`).
+#[cube]
+fn masked_score<C: Float>(
+    x: C,
+    rel: i32,
+    seen: bool,
+    q_segment: i32,
+    k_segment: i32,
+    p: &Scalars,
+) -> C {
+    let flags = p.flags;
     let mut seen = seen;
     let causal = (flags & CAUSAL) != 0;
     if causal {
@@ -260,21 +286,29 @@ fn final_score<F: Float, C: Float>(
     if (flags & SEGMENTED) != 0 {
         seen = seen && k_segment == q_segment;
     }
-    if (flags & ALIBI) != 0 {
-        let mut distance = rel;
-        if rel < 0 {
-            distance = -rel;
-        }
-        x -= slope * C::cast_from(distance);
-    }
-    if (flags & BY_DISTANCE) != 0 {
-        let at = min(max(rel, -p.reach), p.reach) + p.reach;
-        x += C::cast_from(bias[table_base + at as usize]);
-    }
+    let mut x = x;
     if !seen {
         x = C::new(HIDDEN);
     }
     x
+}
+
+/// The score `x = scale q . k` of a query and a key made final: [`biased_score`], then
+/// [`masked_score`]. Every kernel's scores, forward and backward.
+#[cube]
+fn final_score<F: Float, C: Float>(
+    x: C,
+    rel: i32,
+    seen: bool,
+    q_segment: i32,
+    k_segment: i32,
+    bias: &Tensor<F>,
+    slope: C,
+    table_base: usize,
+    p: &Scalars,
+) -> C {
+    let x = biased_score::<F, C>(x, rel, bias, slope, table_base, p);
+    masked_score::<C>(x, rel, seen, q_segment, k_segment, p)
 }
 
 /// A unit's `per_unit` query rows: scaled (`q`, `[per_unit, d_head]`), their running maximum
@@ -511,16 +545,11 @@ pub(crate) fn launch(
     let group = sizes.n_heads / sizes.n_kv_heads;
     let properties = client.properties();
     let variant = pick(args.variant, &client, dtype);
-    let emulate = !cmma_ready(&properties, dtype);
+    let emulate = !mma_ready(&properties, dtype);
     let cpu_adapter = properties.identity.physical.is_none();
     if variant == FlashVariant::TensorCores
-        && tensor_cores::width_checked(&sizes, emulate)
-        && let Some(plan) = tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
-        && !tensor_cores::cut_short(
-            tensor_cores::forward_iterations(&plan, &sizes),
-            emulate,
-            cpu_adapter,
-        )
+        && let Some(plan) = mma::plan(&sizes, group, dtype.size(), &properties.hardware, emulate)
+        && !tensor_cores::cut_short(mma::forward_iterations(&plan, &sizes), emulate, cpu_adapter)
     {
         count_launch(FlashVariant::TensorCores);
         let values = ScalarValues::new(&sizes, args, plan.rows(), &positions, dtype, 0);
@@ -539,19 +568,17 @@ pub(crate) fn launch(
         let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
         // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; q,
         // the output and the log-sum-exp are read and written at rows `i < seq_q` of heads
-        // `kv_head * group + run * span + w / tiles < n_heads`; k and v at keys `j < k_hi <=
-        // seq_k` of this cube's (sequence, kv head), columns below `d_head` and `d_v`; the
-        // bias, positions, segments and padding as the other kernels read them; shared memory
-        // indices stay below the sizes the kernel declares, which the plan fitted to the
-        // device (as its units per cube).
+        // `kv_head * group + run * span + w / tiles < n_heads`, columns below `d_head` and
+        // `d_v`; k and v at keys `j0 + min(r, valid - 1) < seq_k` of this cube's (sequence, kv
+        // head), columns below `d_head` and `d_v` (a 16-byte copy only where the width is a
+        // multiple of 8); the bias, positions, segments and padding as the other kernels read
+        // them; shared memory indices stay below the sizes the kernel declares (the swizzle
+        // permutes chunks within a row), which the plan fitted to the device, as its units.
         unsafe {
-            tensor_cores::flash_tensor_cores_kernel::launch_unchecked(
+            mma::flash_mma_kernel::launch_unchecked(
                 &client,
                 count,
-                CubeDim::new_1d(u32_of(
-                    plan.planes() * tensor_cores::PLANE,
-                    "the cube's units",
-                )),
+                CubeDim::new_1d(u32_of(plan.units(), "the cube's units")),
                 contiguous(q),
                 contiguous(k),
                 contiguous(v),
@@ -566,17 +593,17 @@ pub(crate) fn launch(
                 u32_of(plan.span, "the heads per cube"),
                 sizes.d_head,
                 sizes.d_v,
-                plan.stage,
-                plan.planes(),
+                plan.block,
+                plan.m_tiles,
+                plan.stages,
                 emulate,
                 dtypes,
             )
         }
         return (output, lse);
     }
-    // The tensor-core kernel falls back to the shared one where it does not fit, where its
-    // `cmma` products were not checked for the head widths, or where llvmpipe would cut its
-    // loops short.
+    // The tensor-core kernel falls back to the shared one where it does not fit, or where
+    // llvmpipe would cut its loop short.
     let plan = match variant {
         FlashVariant::Shared | FlashVariant::TensorCores => {
             shared::plan(&sizes, group, dtype.size(), &properties.hardware)

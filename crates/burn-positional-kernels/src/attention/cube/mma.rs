@@ -1,0 +1,647 @@
+//! The tensor-core forward ([`FlashVariant::TensorCores`](super::FlashVariant)): FlashAttention-2
+//! on `mma.sync.m16n8k16` (f16 or bf16 in, f32 accumulators), with S, P, O and the row
+//! statistics in registers (issue 72). Every warp-level operation is the fragment layer's
+//! (`fragment/`): native on CUDA, emulated over virtual warps of 32 units everywhere else
+//! (`emulate`), so CI runs this index logic on lavapipe.
+//!
+//! A cube is [`WARPS`] warps over one tile: `tiles x m_tiles x 16` query rows of each of `span`
+//! heads of a key/value head's group (`span x tiles = WARPS`); warp `w` owns `m_tiles x 16`
+//! rows of one head, as FlashAttention-2 tiles its warps along the queries
+//! (`kernel_traits.h:32-33`: 32 rows a warp at widths up to 64, here 16 at wider heads, where
+//! the output's accumulators take the registers):
+//!
+//! 1. once: each warp's query rows straight into its A fragments (zeros past `seq_q` and
+//!    `d_head`), the key stage's padding columns cleared;
+//! 2. per block of `block` keys: the cube's units copy its keys `[block, dh]` and values
+//!    `[block, dvp]` into a stage, 16 bytes a copy ([`copy_16_bytes`]: `cp.async`), rows
+//!    swizzled by [`chunk_at`]; with two stages the next block's copies are in flight while
+//!    this one is computed;
+//! 3. each warp: `S = Q Kᵀ`, one `ldmatrix` x4 of K per 16 keys and 16 dimensions feeding two
+//!    products; the score formula on every accumulator, from its row and column
+//!    ([`biased_score`] on blocks every row sees whole, [`final_score`] with the masks on the
+//!    others: the block classification of FlexAttention's full and partial blocks);
+//! 4. the online softmax in registers: each lane's two rows per m-tile reduced across its quad
+//!    ([`shuffle_xor`] 1 and 2), the output rescaled, the weights `exp2(s log2 e - m log2 e)`
+//!    ([`exp2`]: one `MUFU.EX2`);
+//! 5. `O += P V`: the accumulators of S's n8-tiles `2s`, `2s + 1` are P's A operand for keys
+//!    `16s..16s + 16` ([`p_operand`]), V's B fragments one `ldmatrix.trans` x4 per 16 keys and
+//!    16 columns;
+//! 6. at the end, each row's sum reduced across its quad, `O / l` and `m + ln l` written.
+//!
+//! Two barriers a block: the wait for the stage ([`wait_group`]) and the end of its reads.
+
+// Kernel code is CubeCL's Rust subset: one argument per launch value.
+#![allow(clippy::too_many_arguments)]
+
+use cubecl::ir::HardwareProperties;
+use cubecl::prelude::*;
+
+use super::fragment::{
+    self, LANE_SCRATCH, MMA_SCRATCH, WARP, commit_group, copy_16_bytes, exp2, ldmatrix_x4, mma,
+    p_operand, shuffle_xor, wait_group,
+};
+use super::{
+    CAUSAL, EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN, WINDOW, biased_score,
+    head_bias, masked_score, key_place, key_range, query_place,
+};
+use crate::attention::Sizes;
+
+/// Warps a cube: FlashAttention-2's 4 (`flash_fwd_launch_template.h:194-262`).
+pub(super) const WARPS: usize = 4;
+/// Rows of one m-tile (the `m16` of the product).
+pub(super) const M_TILE: usize = 16;
+/// 16-bit elements of one `ldmatrix` row and of one async copy: 16 bytes.
+const CHUNK: usize = 8;
+/// The most shared memory one cube takes, in bytes: what CUDA gives a kernel without opting in.
+const MAX_SHARED_BYTES: usize = 48 * 1024;
+
+/// Where 16-byte chunk `chunk` of row `row` of a stage `width` values wide starts: the chunks of
+/// each row permuted by `row % span` (`span` the largest power of two, at most 8, that divides
+/// the chunks a row), so that the 8 rows one `ldmatrix` matrix reads fall in different banks
+/// (FlashAttention-2's `Swizzle<3, 3, 3>` at widths of 64 and more).
+#[cube]
+pub(super) fn chunk_at(row: usize, chunk: usize, #[comptime] width: usize) -> usize {
+    let span = comptime!(swizzle_span(width / CHUNK));
+    row * width + (chunk ^ (row % span)) * CHUNK
+}
+
+/// The largest power of two, at most 8, that divides `chunks`.
+pub(super) const fn swizzle_span(chunks: usize) -> usize {
+    let low = chunks & chunks.wrapping_neg();
+    if low > 8 { 8 } else { low }
+}
+
+/// One chunk (8 values) of row `from` of `src` to `dst[to..to + 8]`: 16-byte async copies (two
+/// for 32-bit values, which only the emulated products take).
+#[cube]
+fn copy_chunk<F: Float>(
+    src: &[F],
+    from: usize,
+    dst: &mut [F],
+    to: usize,
+    #[comptime] emulate: bool,
+) {
+    let size = F::size();
+    let per_copy = comptime!(16 / size);
+    #[unroll]
+    for c in 0..comptime!(CHUNK / per_copy) {
+        copy_16_bytes::<F>(src, from + c * per_copy, dst, to + c * per_copy, emulate);
+    }
+}
+
+/// Rows `first..first + rows` of `src` (`d` values each, `valid` of them real) into the stage
+/// `dst[at..]`, `width` values a row, swizzled ([`chunk_at`]). A row past `valid` repeats the
+/// last real one (its key is masked: weight 0 times a real value), so the walk copies without
+/// a branch; the columns past `d` are left as [`clear_padding`] set them. Each of the cube's
+/// units takes a share of the chunks, unrolled. Widths that are not a multiple of 8 are copied
+/// value by value, zeros past `d`.
+#[cube]
+fn stage_block<F: Float>(
+    src: &Tensor<F>,
+    dst: &mut [F],
+    at: usize,
+    first: usize,
+    valid: usize,
+    #[comptime] rows: usize,
+    #[comptime] d: usize,
+    #[comptime] width: usize,
+    #[comptime] emulate: bool,
+) {
+    let units = comptime!(WARPS * WARP);
+    let chunks = comptime!(d.div_ceil(CHUNK));
+    let total = comptime!(rows * d.div_ceil(CHUNK));
+    #[unroll]
+    for s in 0..comptime!(total.div_ceil(units)) {
+        let e = UNIT_POS as usize + s * units;
+        if e < total {
+            let r = e / chunks;
+            let c = e % chunks;
+            let row = first + min(r, valid - 1);
+            let to = at + chunk_at(r, c, width);
+            if comptime!(d % CHUNK == 0) {
+                copy_chunk::<F>(src, row * d + c * CHUNK, dst, to, emulate);
+            } else {
+                #[unroll]
+                for x in 0..CHUNK {
+                    let col = c * CHUNK + x;
+                    let mut value = F::new(0.0);
+                    if col < d {
+                        value = src[row * d + col];
+                    }
+                    dst[to + x] = value;
+                }
+            }
+        }
+    }
+}
+
+/// Zeros in the columns past `d` of every row of a stage (`stages x rows` rows `width` wide):
+/// no copy writes them, and a product of a zero query column with a stale value could be NaN.
+#[cube]
+fn clear_padding<F: Float>(
+    dst: &mut [F],
+    #[comptime] rows: usize,
+    #[comptime] d: usize,
+    #[comptime] width: usize,
+) {
+    let units = comptime!(WARPS * WARP);
+    let first = comptime!(d.div_ceil(CHUNK));
+    let chunks = comptime!(width / CHUNK - d.div_ceil(CHUNK));
+    let total = comptime!(rows * (width / CHUNK - d.div_ceil(CHUNK)));
+    if comptime!(chunks > 0) {
+        #[unroll]
+        for s in 0..comptime!(total.div_ceil(units)) {
+            let e = UNIT_POS as usize + s * units;
+            if e < total {
+                let to = chunk_at(e / chunks, first + e % chunks, width);
+                #[unroll]
+                for x in 0..CHUNK {
+                    dst[to + x] = F::new(0.0);
+                }
+            }
+        }
+    }
+}
+
+/// Whether every row of the tile `r0..r0 + rows` sees every key of `j0..j0 + block` (sequential
+/// positions, no segments or padding: the caller's test): all keys exist, and the causal mask
+/// and the window leave them all.
+#[cube]
+fn full_block(p: &Scalars, r0: usize, j0: usize, #[comptime] block: usize) -> bool {
+    let seq_q = p.seq_q as usize;
+    let last_row = min(r0 + p.rows as usize, seq_q) - 1;
+    let first = p.query_offset + r0 as i32;
+    let last = p.query_offset + last_row as i32;
+    let k_first = p.key_offset + j0 as i32;
+    let k_last = k_first + block as i32 - 1;
+    let mut full = j0 + block <= p.seq_k as usize;
+    let causal = (p.flags & CAUSAL) != 0;
+    if causal {
+        full = full && k_last <= first;
+    }
+    if (p.flags & WINDOW) != 0 {
+        full = full && k_first >= last - p.before;
+        if !causal {
+            full = full && k_last <= first + p.after;
+        }
+    }
+    full
+}
+
+/// An accumulator tile of zeros (2 pairs).
+#[cube]
+fn zeros() -> Array<Vector<f32, Const<2>>> {
+    let mut c = Array::<Vector<f32, Const<2>>>::new(2usize);
+    c[0] = Vector::new(0.0);
+    c[1] = Vector::new(0.0);
+    c
+}
+
+/// The B fragments of two n8-tiles from one `ldmatrix` x4: pairs 0 and 1, then 2 and 3.
+#[cube]
+fn halves<F: Float>(
+    x: &Array<Vector<F, Const<2>>>,
+) -> (Array<Vector<F, Const<2>>>, Array<Vector<F, Const<2>>>) {
+    let mut lo = Array::<Vector<F, Const<2>>>::new(2usize);
+    let mut hi = Array::<Vector<F, Const<2>>>::new(2usize);
+    lo[0] = x[0];
+    lo[1] = x[1];
+    hi[0] = x[2];
+    hi[1] = x[3];
+    (lo, hi)
+}
+
+/// One cube per (query tile, key/value head and run of `span` of its heads, sequence) =
+/// `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)`, [`WARPS`] warps of 32 units; see the module. `C` is
+/// the compute type (f32). Inputs are contiguous; `block` is a multiple of 16.
+#[cube(launch_unchecked, create_dummy_kernel)]
+pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    bias: &Tensor<F>,
+    padding: &Tensor<P>,
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    output: &mut Tensor<F>,
+    lse: &mut Tensor<F>,
+    p: Scalars,
+    group: u32,
+    span: u32,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] block: usize,
+    #[comptime] m_tiles: usize,
+    #[comptime] stages: usize,
+    #[comptime] emulate: bool,
+    #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
+) {
+    let dh = comptime!(d_head.next_multiple_of(16));
+    let dvp = comptime!(d_v.next_multiple_of(16));
+    let k_slices = comptime!(d_head.next_multiple_of(16) / 16);
+    let n_tiles = comptime!(block / 8);
+    let o_tiles = comptime!(d_v.next_multiple_of(16) / 8);
+    let warp_rows = comptime!(m_tiles * M_TILE);
+    let row_slots = comptime!(2 * m_tiles);
+
+    let lane = (UNIT_POS % 32u32) as usize;
+    let w = (UNIT_POS / 32u32) as usize;
+    let g = lane / 4;
+    let quad = lane % 4;
+    let group = group as usize;
+    let span = span as usize;
+    let tiles = WARPS / span;
+    let runs = group / span;
+    let kv_head = CUBE_POS_Y as usize / runs;
+    let run = CUBE_POS_Y as usize % runs;
+    let b = CUBE_POS_Z as usize;
+    let r0 = CUBE_POS_X as usize * p.rows as usize;
+    let head = kv_head * group + run * span + w / tiles;
+    let i0 = r0 + (w % tiles) * warp_rows;
+    let seq_q = p.seq_q as usize;
+    let seq_k = p.seq_k as usize;
+    let n_heads = p.n_heads as usize;
+    let kv_base = (b * (n_heads / group) + kv_head) * seq_k;
+    let q_base = (b * n_heads + head) * seq_q;
+
+    let mut k_s = Shared::<[F]>::new_aligned_slice(comptime!(stages * block * dh), 16usize);
+    let mut v_s = Shared::<[F]>::new_aligned_slice(comptime!(stages * block * dvp), 16usize);
+    // The emulated warp operations' exchange space (a word each where they are native).
+    let mut scratch =
+        Shared::<[f32]>::new_slice(comptime!(if emulate { WARPS * MMA_SCRATCH } else { 1 }));
+    let mut lanes =
+        Shared::<[u32]>::new_slice(comptime!(if emulate { WARPS * LANE_SCRATCH } else { 1 }));
+
+    // 1. The warp's query rows as A fragments, one per m-tile and 16 dimensions.
+    let mut qa = Sequence::<Array<Vector<F, Const<2>>>>::new();
+    #[unroll]
+    for mt in 0..m_tiles {
+        #[unroll]
+        for kk in 0..k_slices {
+            let mut a = Array::<Vector<F, Const<2>>>::new(4usize);
+            #[unroll]
+            for v2 in 0..4usize {
+                let mut pair = Vector::<F, Const<2>>::empty();
+                #[unroll]
+                for e in 0..2usize {
+                    let i = (v2 * 2 + e) as u32;
+                    let row = i0 + mt * M_TILE + fragment::a_row(lane as u32, i) as usize;
+                    let col = kk * 16 + fragment::a_col(lane as u32, i) as usize;
+                    let mut x = F::new(0.0);
+                    if row < seq_q && col < d_head {
+                        x = q[(q_base + row) * d_head + col];
+                    }
+                    pair.insert(e, x);
+                }
+                a[v2] = pair;
+            }
+            qa.push(a);
+        }
+    }
+    // The lane's rows: slot `2 mt + h` is row `g + 8 h` of m-tile `mt` (the accumulators' pair
+    // `h`): its place, running maximum and the lane's share of its sum.
+    let mut q_pos = Array::<i32>::new(row_slots);
+    let mut q_seg = Array::<i32>::new(row_slots);
+    let mut m = Array::<f32>::new(row_slots);
+    let mut l = Array::<f32>::new(row_slots);
+    #[unroll]
+    for r in 0..row_slots {
+        let row = i0 + (r / 2) * M_TILE + g + 8 * (r % 2);
+        let (position, segment) = query_place(positions, segments, &p, b, row);
+        q_pos[r] = position;
+        q_seg[r] = segment;
+        m[r] = f32::new(HIDDEN);
+        l[r] = 0.0;
+    }
+    let mut acc_o = Sequence::<Array<Vector<f32, Const<2>>>>::new();
+    #[unroll]
+    for _ in 0..comptime!(m_tiles * o_tiles) {
+        acc_o.push(zeros());
+    }
+    let (slope, table_base) = head_bias::<F, f32>(bias, &p, head);
+    let scale = p.scale;
+    let log2e = core::f32::consts::LOG2_E;
+    // Only sequential positions without segments or padding have blocks every row sees whole.
+    let classify = (p.flags & (EXPLICIT | SEGMENTED | PADDED)) == 0;
+
+    clear_padding::<F>(&mut k_s, comptime!(stages * block), d_head, dh);
+    clear_padding::<F>(&mut v_s, comptime!(stages * block), d_v, dvp);
+
+    // 2. The first block's copies, then one block a step.
+    let (k_lo, k_hi) = key_range(&p, r0);
+    let mut j0 = k_lo;
+    let mut stage = 0usize;
+    if j0 < k_hi {
+        let valid = min(block, seq_k - j0);
+        stage_block::<F>(k, &mut k_s, 0, kv_base + j0, valid, block, d_head, dh, emulate);
+        stage_block::<F>(v, &mut v_s, 0, kv_base + j0, valid, block, d_v, dvp, emulate);
+    }
+    commit_group(emulate);
+    while j0 < k_hi {
+        let next = j0 + block;
+        if comptime!(stages == 2) {
+            if next < k_hi {
+                let valid = min(block, seq_k - next);
+                let other = 1 - stage;
+                let (ka, va) = (other * block * dh, other * block * dvp);
+                stage_block::<F>(k, &mut k_s, ka, kv_base + next, valid, block, d_head, dh, emulate);
+                stage_block::<F>(v, &mut v_s, va, kv_base + next, valid, block, d_v, dvp, emulate);
+            }
+            commit_group(emulate);
+            wait_group(1u32, emulate);
+        } else {
+            wait_group(0u32, emulate);
+        }
+        let kb = stage * block * dh;
+        let vb = stage * block * dvp;
+
+        // 3. S = Q Kᵀ: per 16 keys and 16 dimensions, one ldmatrix of K (matrix i: keys
+        // 8 (i / 2), dimensions 8 (i % 2)) gives the B fragments of two n8-tiles.
+        let mut acc_s = Sequence::<Array<Vector<f32, Const<2>>>>::new();
+        #[unroll]
+        for _ in 0..comptime!(m_tiles * n_tiles) {
+            acc_s.push(zeros());
+        }
+        #[unroll]
+        for kk in 0..k_slices {
+            #[unroll]
+            for np in 0..comptime!(n_tiles / 2) {
+                let row = np * 16 + 8 * (lane / 16) + lane % 8;
+                let chunk = kk * 2 + (lane / 8) % 2;
+                let kf =
+                    ldmatrix_x4::<F>(&k_s, kb + chunk_at(row, chunk, dh), &mut lanes, false, emulate);
+                let (b0, b1) = halves::<F>(&kf);
+                #[unroll]
+                for mt in 0..m_tiles {
+                    let a = qa.index(mt * k_slices + kk);
+                    mma::<F>(a, &b0, acc_s.index_mut(mt * n_tiles + 2 * np), &mut scratch, emulate);
+                    mma::<F>(
+                        a,
+                        &b1,
+                        acc_s.index_mut(mt * n_tiles + 2 * np + 1),
+                        &mut scratch,
+                        emulate,
+                    );
+                }
+            }
+        }
+
+        // The score formula on each accumulator: pair `h` of n8-tile `n` holds row `g + 8 h`,
+        // keys `j0 + 8 n + 2 quad + {0, 1}`.
+        let full = classify && full_block(&p, r0, j0, block);
+        #[unroll]
+        for n in 0..n_tiles {
+            #[unroll]
+            for e in 0..2usize {
+                let j = j0 + n * 8 + 2 * quad + e;
+                let (k_pos, k_seen, k_seg) =
+                    key_place(positions, segments, padding, &p, b, j, j < k_hi);
+                #[unroll]
+                for r in 0..row_slots {
+                    let at = (r / 2) * n_tiles + n;
+                    let h = r % 2;
+                    let mut pair = acc_s.index(at)[h];
+                    let x = pair.extract(e) * scale;
+                    let rel = k_pos - q_pos[r];
+                    let mut y = biased_score::<F, f32>(x, rel, bias, slope, table_base, &p);
+                    if !full {
+                        let row = i0 + (r / 2) * M_TILE + g + 8 * h;
+                        y = masked_score::<f32>(y, rel, k_seen && row < seq_q, q_seg[r], k_seg, &p);
+                    }
+                    pair.insert(e, y);
+                    acc_s.index_mut(at)[h] = pair;
+                }
+            }
+        }
+
+        // 4. The online softmax, row by row: the block's maximum across the quad, the rescale,
+        // the weights.
+        #[unroll]
+        for r in 0..row_slots {
+            let mt = r / 2;
+            let h = r % 2;
+            let mut block_max = f32::new(HIDDEN);
+            #[unroll]
+            for n in 0..n_tiles {
+                let pair = acc_s.index(mt * n_tiles + n)[h];
+                block_max = max(block_max, max(pair.extract(0usize), pair.extract(1usize)));
+            }
+            block_max = max(block_max, shuffle_xor(block_max, 1u32, &mut lanes, emulate));
+            block_max = max(block_max, shuffle_xor(block_max, 2u32, &mut lanes, emulate));
+            let m_new = max(m[r], block_max);
+            let seen = m_new > f32::new(UNSEEN);
+            let mut correction = 1.0f32;
+            if seen {
+                correction = exp2((m[r] - m_new) * log2e, emulate);
+                m[r] = m_new;
+            }
+            l[r] *= correction;
+            #[unroll]
+            for c in 0..o_tiles {
+                let mut pair = acc_o.index(mt * o_tiles + c)[h];
+                pair = pair * Vector::new(correction);
+                acc_o.index_mut(mt * o_tiles + c)[h] = pair;
+            }
+            let shift = m_new * log2e;
+            #[unroll]
+            for n in 0..n_tiles {
+                let mut pair = acc_s.index(mt * n_tiles + n)[h];
+                #[unroll]
+                for e in 0..2usize {
+                    let mut weight = 0.0f32;
+                    if seen {
+                        weight = exp2(pair.extract(e) * log2e - shift, emulate);
+                    }
+                    l[r] += weight;
+                    pair.insert(e, weight);
+                }
+                acc_s.index_mut(mt * n_tiles + n)[h] = pair;
+            }
+        }
+
+        // 5. O += P V: per 16 keys and 16 columns, one ldmatrix.trans of V (matrix i: keys
+        // 8 (i % 2), columns 8 (i / 2)) gives the B fragments of two n8-tiles of the output.
+        #[unroll]
+        for s in 0..comptime!(n_tiles / 2) {
+            let mut pa = Sequence::<Array<Vector<F, Const<2>>>>::new();
+            #[unroll]
+            for mt in 0..m_tiles {
+                pa.push(p_operand::<F>(
+                    acc_s.index(mt * n_tiles + 2 * s),
+                    acc_s.index(mt * n_tiles + 2 * s + 1),
+                ));
+            }
+            #[unroll]
+            for cp in 0..comptime!(o_tiles / 2) {
+                let row = s * 16 + 8 * ((lane / 8) % 2) + lane % 8;
+                let chunk = cp * 2 + lane / 16;
+                let vf =
+                    ldmatrix_x4::<F>(&v_s, vb + chunk_at(row, chunk, dvp), &mut lanes, true, emulate);
+                let (b0, b1) = halves::<F>(&vf);
+                #[unroll]
+                for mt in 0..m_tiles {
+                    let a = pa.index(mt);
+                    mma::<F>(a, &b0, acc_o.index_mut(mt * o_tiles + 2 * cp), &mut scratch, emulate);
+                    mma::<F>(
+                        a,
+                        &b1,
+                        acc_o.index_mut(mt * o_tiles + 2 * cp + 1),
+                        &mut scratch,
+                        emulate,
+                    );
+                }
+            }
+        }
+        // Every warp done with the stage before a copy overwrites it.
+        sync_cube();
+        if comptime!(stages == 1) {
+            if next < k_hi {
+                let valid = min(block, seq_k - next);
+                stage_block::<F>(k, &mut k_s, 0, kv_base + next, valid, block, d_head, dh, emulate);
+                stage_block::<F>(v, &mut v_s, 0, kv_base + next, valid, block, d_v, dvp, emulate);
+            }
+            commit_group(emulate);
+        } else {
+            stage = 1 - stage;
+        }
+        j0 = next;
+    }
+
+    // 6. Each row's sum across its quad; `O / l` and `m + ln l` (zeros and the dtype's lowest
+    // value for a row that saw no key).
+    #[unroll]
+    for r in 0..row_slots {
+        let mut sum = l[r];
+        sum += shuffle_xor(sum, 1u32, &mut lanes, emulate);
+        sum += shuffle_xor(sum, 2u32, &mut lanes, emulate);
+        l[r] = sum;
+    }
+    #[unroll]
+    for r in 0..row_slots {
+        let mt = r / 2;
+        let h = r % 2;
+        let row = i0 + mt * M_TILE + g + 8 * h;
+        if row < seq_q {
+            let mut inv = 0.0f32;
+            let mut log_sum = p.lowest;
+            if l[r] > 0.0 {
+                inv = 1.0 / l[r];
+                log_sum = m[r] + f32::ln(l[r]);
+            }
+            #[unroll]
+            for c in 0..o_tiles {
+                let pair = acc_o.index(mt * o_tiles + c)[h];
+                #[unroll]
+                for e in 0..2usize {
+                    let col = c * 8 + 2 * quad + e;
+                    if col < d_v {
+                        output[(q_base + row) * d_v + col] = F::cast_from(pair.extract(e) * inv);
+                    }
+                }
+            }
+            if quad == 0 {
+                lse[q_base + row] = F::cast_from(log_sum);
+            }
+        }
+    }
+}
+
+/// A tensor-core cube's geometry: `span` heads of a group times `tiles` warps of `m_tiles x 16`
+/// query rows each (`span x tiles = WARPS`), the keys a block and the stages of keys and values
+/// in shared memory (2: the next block copied while this one is computed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct MmaPlan {
+    pub span: usize,
+    pub tiles: usize,
+    pub m_tiles: usize,
+    pub block: usize,
+    pub stages: usize,
+}
+
+impl MmaPlan {
+    /// Query rows per head in one cube.
+    pub fn rows(&self) -> usize {
+        self.tiles * self.m_tiles * M_TILE
+    }
+
+    /// Units per cube.
+    pub fn units(&self) -> usize {
+        WARPS * WARP
+    }
+}
+
+/// The shared memory a plan takes, in bytes: its stages, and the emulated warps' exchange space.
+fn shared_bytes(plan: &MmaPlan, dh: usize, dvp: usize, elem_size: usize, emulate: bool) -> usize {
+    let stages = plan.stages * plan.block * (dh + dvp) * elem_size;
+    let exchange = if emulate {
+        WARPS * (MMA_SCRATCH + LANE_SCRATCH) * 4
+    } else {
+        8
+    };
+    stages + exchange
+}
+
+/// The forward's geometry, or `None` where a cube of [`WARPS`] warps or a stage of 16 keys does
+/// not fit the device (then the shared kernel runs). As many of the group's heads as divide it
+/// share a cube (their warps read the same stages), at most [`WARPS`]; 32 rows a warp at head
+/// widths up to 64, 16 beyond (the output's accumulators); blocks of 64 keys where they fit,
+/// double-buffered where that fits too, down to 16 keys in one stage.
+pub(super) fn plan(
+    sizes: &Sizes,
+    group: usize,
+    elem_size: usize,
+    hardware: &HardwareProperties,
+    emulate: bool,
+) -> Option<MmaPlan> {
+    let (dh, dvp) = (
+        sizes.d_head.next_multiple_of(16),
+        sizes.d_v.next_multiple_of(16),
+    );
+    if (WARPS * WARP) > hardware.max_units_per_cube as usize {
+        return None;
+    }
+    let budget = hardware.max_shared_memory_size.min(MAX_SHARED_BYTES);
+    let span = (1..=group.min(WARPS))
+        .rev()
+        .find(|span| group % span == 0 && WARPS % span == 0)
+        .unwrap_or(1);
+    let m_tiles = if dh.max(dvp) <= 64 { 2 } else { 1 };
+    [(64, 2), (64, 1), (32, 2), (32, 1), (16, 2), (16, 1)]
+        .into_iter()
+        .map(|(block, stages)| MmaPlan {
+            span,
+            tiles: WARPS / span,
+            m_tiles,
+            block,
+            stages,
+        })
+        .find(|plan| shared_bytes(plan, dh, dvp, elem_size, emulate) <= budget)
+}
+
+/// The run-time loop iterations of one invocation at most (llvmpipe's loop limit, `LOOP_LIMIT`):
+/// the block loop alone, every other loop unrolled.
+pub(super) fn forward_iterations(plan: &MmaPlan, sizes: &Sizes) -> usize {
+    sizes.seq_k.div_ceil(plan.block) + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::swizzle_span;
+
+    /// The swizzle permutes chunks within aligned runs of its span, so it stays inside the row.
+    #[test]
+    fn the_swizzle_is_a_permutation_of_each_row() {
+        for chunks in [2usize, 4, 6, 8, 10, 12, 16] {
+            let span = swizzle_span(chunks);
+            assert!(span.is_power_of_two() && chunks % span == 0 && span <= 8);
+            for row in 0..16 {
+                let mut seen: Vec<usize> = (0..chunks).map(|c| c ^ (row % span)).collect();
+                seen.sort();
+                assert_eq!(seen, (0..chunks).collect::<Vec<_>>(), "{chunks} chunks, row {row}");
+            }
+        }
+        assert_eq!(swizzle_span(8), 8);
+        assert_eq!(swizzle_span(6), 2);
+        assert_eq!(swizzle_span(16), 8);
+    }
+}
