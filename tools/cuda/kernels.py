@@ -351,6 +351,56 @@ def inner_loop(instructions: list) -> dict | None:
     return best
 
 
+FLASH_FORWARD = "attention forward: tensor cores"
+
+
+def flash_expected(spec: str) -> dict | None:
+    """The per-block, per-warp counts FlashAttention-2's loop has (FLASH.md section 6, calibrated
+    on tools/cuda/selftest/fa2_probe.cu) for a tensor-core forward spec such as
+    `F16 d64/64 group 1: block 32 stages 2 rows 32, plain scores`: Mw query rows a warp, Bc keys a block, the
+    head widths padded to 16. None for an emulated spec (no tensor cores) or another kernel."""
+    m = re.search(r"d(\d+)/(\d+) .*block (\d+) stages (\d+) rows (\d+)", spec)
+    if not m or "emulated" in spec:
+        return None
+    d, dv, bc, _, mw = (int(x) for x in m.groups())
+    dh, dvp = -(-d // 16) * 16, -(-dv // 16) * 16
+    return {
+        "hmma": mw * bc * (dh + dvp) // 2048,
+        "mufu_ex2": mw * bc // 32 + mw // 8,
+        "ldsm": bc * dh // 256 + bc * dvp // 256,
+        "async": d % 8 == 0,
+    }
+
+
+def flash_gate(loop: dict | None, want: dict) -> list[str]:
+    """Issue 72's inner-loop gate: per key block and warp, HMMA equal to the formula, MUFU.EX2 at
+    most 1.1x it, no accurate-exp sequence, no scores or P through shared memory (no STS; LDS only
+    for a few per-block values), at most 2 barriers, no local memory, async copies present."""
+    if loop is None:
+        return ["inner loop: no back edge in the SASS"]
+    out = []
+    # ptxas may unroll the block loop: blocks per iteration from the HMMA.
+    blocks = max(1, round(loop["hmma"] / want["hmma"])) if loop["hmma"] else 1
+    per = {k: loop[k] / blocks for k in ("hmma", "mufu_ex2", "ldsm", "bar", "sts", "lds")}
+    if per["hmma"] != want["hmma"]:
+        out.append(f"inner loop: {per['hmma']:g} HMMA a block, the formula {want['hmma']}")
+    if per["mufu_ex2"] > 1.1 * want["mufu_ex2"]:
+        out.append(f"inner loop: {per['mufu_ex2']:g} MUFU.EX2 a block, above 1.1 x the formula's {want['mufu_ex2']}")
+    if loop["accurate_exp"]:
+        out.append(f"inner loop: {loop['accurate_exp']} FFMA.SAT/FFMA.RM (the accurate exp)")
+    if per["ldsm"] != want["ldsm"]:
+        out.append(f"inner loop: {per['ldsm']:g} LDSM a block, the formula {want['ldsm']}")
+    if per["sts"] or per["lds"] > 4:
+        out.append(f"inner loop: {per['sts']:g} STS and {per['lds']:g} LDS a block (scores or P through shared memory?)")
+    if per["bar"] > 2:
+        out.append(f"inner loop: {per['bar']:g} barriers a block, above 2")
+    if loop["local"]:
+        out.append(f"inner loop: {loop['local']} local-memory instructions")
+    if want["async"] and not loop["ldgsts"]:
+        out.append("inner loop: no LDGSTS (async copies)")
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # One program: compile, disassemble.
 
@@ -516,6 +566,9 @@ def make_row(index: int, entry: dict, program: Program, known_spills: dict | Non
                 where = "" if function == name else f" (in device function {function})"
                 listed = "" if known is None else f" (the known spills list {known[0]} stored, {known[1]} loaded)"
                 failures.append(f"spills{where}: {frame['spill_stores']} bytes stored, {frame['spill_loads']} bytes loaded{listed}")
+    if entry["kernel"] == FLASH_FORWARD and (want := flash_expected(entry["spec"])) is not None:
+        row["loop_expected"] = want
+        failures.extend(flash_gate(row["loop"], want))
     if entry["tensor_cores"] and not program.mma:
         failures.append("marked tensor_cores, but its SASS has no tensor-core MMA (no HMMA/HGMMA)")
     p = ARCHS[arch]
@@ -527,6 +580,32 @@ def make_row(index: int, entry: dict, program: Program, known_spills: dict | Non
     elif row["blocks_per_sm"] == 0:
         failures.append(f"cannot launch: 0 blocks per SM (limits {row['limits']})")
     return row
+
+
+def loop_table(rows: list[dict]) -> str:
+    """The tensor-core forward's inner loop per key block and warp beside the formula, and a cycle
+    bound per cube and block (FLASH.md section 6: 4 warps; the most of HMMA x 2, MUFU x 2, LDSM x 4
+    and the instructions / 4, the SM's four schedulers), per 1,024 query-key pairs."""
+    head = ["spec", "arch", "instructions", "HMMA (formula)", "MUFU.EX2 (formula)", "LDSM (formula)",
+            "SHFL", "BAR", "LDS/STS", "local", "LDGSTS", "cycles a block (bound by)", "per 1k pairs", "gate"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for r in rows:
+        want, loop = r.get("loop_expected"), r.get("loop")
+        if not want or not loop:
+            continue
+        m = re.search(r"block (\d+) .*rows (\d+)", r["spec"])
+        bc, mw = int(m.group(1)), int(m.group(2))
+        bounds = {"HMMA": 4 * loop["hmma"] * 2, "MUFU": 4 * loop["mufu_ex2"] * 2,
+                  "LDSM": 4 * loop["ldsm"] * 4, "issue": loop["instructions"]}
+        bound = max(bounds, key=bounds.get)
+        cycles = bounds[bound]
+        values = [r["spec"], f"sm_{r['arch']}", loop["instructions"], f"{loop['hmma']} ({want['hmma']})",
+                  f"{loop['mufu_ex2']} ({want['mufu_ex2']})", f"{loop['ldsm']} ({want['ldsm']})",
+                  loop["shfl_bfly"], loop["bar"], f"{loop['lds']}/{loop['sts']}", loop["local"], loop["ldgsts"],
+                  f"{cycles} ({bound})", f"{1024 * cycles / (4 * mw * bc):.0f}",
+                  "FAIL" if any(f.startswith("inner loop") for f in r["failures"]) else "ok"]
+        lines.append("| " + " | ".join(cell(v) for v in values) + " |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def cell(text) -> str:
@@ -647,6 +726,10 @@ def run(folder: str, jobs: int, quiet: bool = False, spills: str | None = None,
         table(rows), "",
         "Per kernel family, the worst theoretical occupancy of the entries that can launch (limiter; spec):", "",
         summary(rows), "",
+    ] + ([f"The tensor-core forward's inner loop per key block and warp, beside FlashAttention-2's formula "
+          f"(tools/cuda/selftest/fa2_probe.cu: 335 instructions, 64 HMMA, 34 MUFU.EX2, 32 LDSM, 4 SHFL, 2 BAR, "
+          f"8 LDGSTS at 16 rows, 64 keys, width 64: 512 cycles a block, bound by LDSM, 128 per 1k pairs):", "",
+          loop_table(rows), ""] if loop_table(rows) else []) + [
         f"{len(rows)} entries, {len(programs)} programs compiled with NVRTC {nvrtc.version()} "
         f"in {elapsed:.1f} s ({jobs} jobs); {sum(1 for r in rows if r['failures'])} failed; "
         f"{known_count} spill as the known spills list (not failures).",

@@ -70,7 +70,7 @@ pub fn flash_boundaries(
             let properties = client.properties();
             let resolved = super::variant::pick(variant, &client, dtype);
             let cmma = super::variant::cmma_ready(&properties, dtype);
-            let mma = super::variant::mma_ready(&properties, dtype);
+            let mma = super::cube::mma_emulation(&properties, dtype);
             super::cube::boundaries::boundaries(
                 resolved,
                 group,

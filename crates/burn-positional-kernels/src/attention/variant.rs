@@ -44,21 +44,25 @@ pub enum FlashVariant {
     /// device's shared memory cannot hold even the smallest block (very wide heads), the launch
     /// falls back to [`FlashVariant::Registers`].
     Shared,
-    /// FlashAttention-2 on cooperative matrices (NVIDIA's tensor cores through CubeCL's
-    /// `cmma`): each plane of 32 units owns 16 query rows (the backward: 16 keys, or 16 rows),
-    /// and the block products `Q Kᵀ`, `P V`, and in the backward `dO Vᵀ`, `Pᵀ dO`, `dSᵀ Q` and
-    /// `dS K`, are 16x16x16 matrix products with f32 accumulators. Each score tile is staged in
-    /// shared memory, where the units apply the bias, the masks, the window, the segments, the
-    /// softcap and the online softmax exactly as the other kernels do. Heads are padded to a
-    /// multiple of 16 in shared memory.
+    /// FlashAttention-2 on NVIDIA's tensor cores. The forward is FlashAttention-2's own loop on
+    /// `mma.sync.m16n8k16` (CubeCL's register-level MMA, f16 and bf16 with f32 accumulators,
+    /// sm_80 and up): each warp of four owns 16 or 32 query rows, the scores, the weights, the
+    /// output and the row statistics stay in registers, keys and values are staged by async
+    /// copies and read by `ldmatrix`, the bias, the masks, the window, the segments and the
+    /// softcap are applied to the accumulators from their row and column, and blocks that every
+    /// row sees whole skip the mask tests. The backward is still the `cmma` (WMMA) one: each
+    /// plane of 32 units owns 16 keys or 16 rows, with the score tiles staged in shared memory,
+    /// its products 16x16x16 tiles.
     ///
-    /// Where the device has no cooperative matrix for the dtype (f32 anywhere, WGSL, lavapipe)
-    /// the same kernel runs with each 16x16 product done by the plane's units in f32: slower,
-    /// and what CI checks of everything around the products.
+    /// Where the device has no `mma.sync` at all (WGSL, lavapipe), the same forward runs with
+    /// each warp emulated by 32 units exchanging through shared memory, and the backward's
+    /// products done by the plane's units in f32: slower, and what CI checks. f32 on a device
+    /// that has `mma.sync` for the halves takes the shared kernel.
     ///
-    /// Only when asked for: `Auto` never picks it (see there). With cooperative matrices it
-    /// runs heads of 32, 64 and 128 only (padded widths, for q/k and for v), the widths checked
-    /// against the slow twin on a GPU; other widths take the shared kernel.
+    /// Only when asked for: `Auto` never picks it (see there; the forward on `mma.sync` has not
+    /// run on a GPU yet). The backward with cooperative matrices runs heads of 32, 64 and 128
+    /// only (padded widths, for q/k and for v), the widths checked against the slow twin on a
+    /// GPU; other widths take the shared backward.
     TensorCores,
 }
 

@@ -23,8 +23,8 @@ fn around(set: &mut BTreeSet<usize>, n: usize) {
 
 /// The boundaries of `variant` (resolved: not `Auto`) for heads of `d_head` and `d_v` in
 /// groups of `group`, with `elem_size`-byte floats, on a device with `hardware`; `cmma` says
-/// whether the backward's products run on cooperative matrices, `mma` whether the forward's
-/// warps are native (else emulated, with their exchange space). `key_splits` is a forced split count
+/// whether the backward's products run on cooperative matrices, `mma` how the forward runs
+/// (`mma::emulation`: native, emulated with its exchange space, or not at all). `key_splits` is a forced split count
 /// (the tests'), else the device's `multiprocessors` decide.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn boundaries(
@@ -35,7 +35,7 @@ pub(crate) fn boundaries(
     elem_size: usize,
     hardware: &HardwareProperties,
     cmma: bool,
-    mma: bool,
+    mma: Option<bool>,
     key_splits: Option<usize>,
 ) -> FlashBoundaries {
     // A long call: the plans' choices that do not depend on the length.
@@ -60,7 +60,8 @@ pub(crate) fn boundaries(
     around(&mut queries, per_unit);
     match variant {
         FlashVariant::TensorCores => {
-            let forward = super::mma::plan(&long, group, elem_size, hardware, !mma);
+            let forward =
+                mma.and_then(|emulate| super::mma::plan(&long, group, elem_size, hardware, emulate));
             let backward = backward_tensor_cores::plan(&long, group, elem_size, hardware);
             fits = forward.is_some()
                 && backward.is_some()

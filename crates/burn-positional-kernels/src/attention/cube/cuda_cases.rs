@@ -22,7 +22,7 @@ use super::{
     shared, split, tensor_cores,
 };
 use crate::attention::Sizes;
-use crate::attention::variant::{cmma_ready, mma_ready};
+use crate::attention::variant::cmma_ready;
 use crate::cuda_check::{Case, Target, elementwise_dim, tensor};
 
 /// Head widths `(d_head, d_v)`: the models' 32, 64 and 128, and the odd widths the tests launch
@@ -131,45 +131,52 @@ fn forward(
     let (d_head, d_v) = width;
     let dtypes = storage_types(dtype);
     let name = |what: String| format!("{dtype:?} d{d_head}/{d_v} group {group}: {what}");
-    let emulate = !mma_ready(properties, dtype);
-    if let Some(plan) = mma::plan(&sizes, group, dtype.size(), &properties.hardware, emulate) {
-        let kernel = mma::flash_mma_kernel::create_dummy_kernel(
-            properties.clone(),
-            target.target.clone(),
-            CubeCount::Static(1, 1, 1),
-            CubeDim::new_1d(plan.units() as u32),
-            tensor(4),
-            tensor(4),
-            tensor(4),
-            tensor(2),
-            tensor(2),
-            tensor(2),
-            tensor(2),
-            tensor(4),
-            tensor(4),
-            scalars(),
-            group as u32,
-            plan.span as u32,
-            d_head,
-            d_v,
-            plan.block,
-            plan.m_tiles,
-            plan.stages,
-            emulate,
-            dtypes,
-        );
-        cases.push(Case::new(
-            "attention forward: tensor cores",
-            name(format!(
-                "block {} stages {} rows {}{}",
+    if let Some(emulate) = mma::emulation(properties, dtype)
+        && let Some(plan) = mma::plan(&sizes, group, dtype.size(), &properties.hardware, emulate)
+    {
+        // Both score formulas: `scale q . k` under the causal mask and the window, and the
+        // general one (bias, softcap, explicit positions, segments, padding).
+        for general in [false, true] {
+            let kernel = mma::flash_mma_kernel::create_dummy_kernel(
+                properties.clone(),
+                target.target.clone(),
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_1d(plan.units() as u32),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(2),
+                tensor(2),
+                tensor(2),
+                tensor(2),
+                tensor(4),
+                tensor(4),
+                scalars(),
+                group as u32,
+                plan.span as u32,
+                d_head,
+                d_v,
                 plan.block,
+                plan.m_tiles,
                 plan.stages,
-                plan.m_tiles * mma::M_TILE,
-                if emulate { " (emulated)" } else { "" }
-            )),
-            !emulate,
-            kernel,
-        ));
+                general,
+                emulate,
+                dtypes,
+            );
+            cases.push(Case::new(
+                "attention forward: tensor cores",
+                name(format!(
+                    "block {} stages {} rows {}, {} scores{}",
+                    plan.block,
+                    plan.stages,
+                    plan.m_tiles * mma::M_TILE,
+                    if general { "general" } else { "plain" },
+                    if emulate { " (emulated)" } else { "" }
+                )),
+                !emulate,
+                kernel,
+            ));
+        }
     }
     // The shared and register kernels take the group at run time, in cubes of the same size
     // for every group: one specialization serves them all (named by the first group).
@@ -408,7 +415,8 @@ fn scalars() -> ScalarsLaunch {
 mod tests {
     use burn::tensor::DType;
 
-    use super::{cmma_ready, mma_ready};
+    use super::cmma_ready;
+    use crate::attention::variant::mma_ready;
     use crate::cuda_check::{A100, H100, Target};
 
     /// The properties stand for what `cubecl-cuda` reads off the GPUs: `cmma` and `mma.sync`

@@ -45,6 +45,8 @@ use super::{
     head_bias, masked_score, key_place, key_range, query_place,
 };
 use crate::attention::Sizes;
+use crate::attention::variant::mma_ready;
+use burn::tensor::DType;
 
 /// Warps a cube: FlashAttention-2's 4 (`flash_fwd_launch_template.h:194-262`).
 pub(super) const WARPS: usize = 4;
@@ -213,7 +215,10 @@ fn halves<F: Float>(
 
 /// One cube per (query tile, key/value head and run of `span` of its heads, sequence) =
 /// `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)`, [`WARPS`] warps of 32 units; see the module. `C` is
-/// the compute type (f32). Inputs are contiguous; `block` is a multiple of 16.
+/// the compute type (f32). Inputs are contiguous; `block` is a multiple of 16. `general`: the
+/// call has a bias, a softcap, explicit positions, segments or padding ([`general`]); without
+/// them the scores are `scale q . k` under the causal mask and the window alone, which is most
+/// of a model's calls and a loop a third the size (the kernel's SASS, `docs/gpu.md`).
 #[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
@@ -233,6 +238,7 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     #[comptime] block: usize,
     #[comptime] m_tiles: usize,
     #[comptime] stages: usize,
+    #[comptime] general: bool,
     #[comptime] emulate: bool,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
@@ -394,16 +400,27 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             #[unroll]
             for e in 0..2usize {
                 let j = j0 + n * 8 + 2 * quad + e;
-                let (k_pos, k_seen, k_seg) =
-                    key_place(positions, segments, padding, &p, b, j, j < k_hi);
+                // Without `general`, keys sit at sequential positions and nothing else applies.
+                let mut k_pos = p.key_offset + j as i32;
+                let mut k_seen = j < k_hi;
+                let mut k_seg = 0i32;
+                if comptime!(general) {
+                    let (position, seen, segment) =
+                        key_place(positions, segments, padding, &p, b, j, j < k_hi);
+                    k_pos = position;
+                    k_seen = seen;
+                    k_seg = segment;
+                }
                 #[unroll]
                 for r in 0..row_slots {
                     let at = (r / 2) * n_tiles + n;
                     let h = r % 2;
                     let mut pair = acc_s.index(at)[h];
-                    let x = pair.extract(e) * scale;
                     let rel = k_pos - q_pos[r];
-                    let mut y = biased_score::<F, f32>(x, rel, bias, slope, table_base, &p);
+                    let mut y = pair.extract(e) * scale;
+                    if comptime!(general) {
+                        y = biased_score::<F, f32>(y, rel, bias, slope, table_base, &p, !emulate);
+                    }
                     if !full {
                         let row = i0 + (r / 2) * M_TILE + g + 8 * h;
                         y = masked_score::<f32>(y, rel, k_seen && row < seq_q, q_seg[r], k_seg, &p);
@@ -546,6 +563,27 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     }
 }
 
+/// How the forward runs on a device for `dtype`: `Some(false)` on its own `mma.sync` (f16 and
+/// bf16 on CUDA, sm_80 and up), `Some(true)` emulated where the device has no `mma.sync` at all
+/// (wgpu, lavapipe: what CI checks), `None` for f32 on a device that has it for the halves (the
+/// emulation would only be slower than the shared kernel there).
+pub(crate) fn emulation(properties: &cubecl::ir::DeviceProperties, dtype: DType) -> Option<bool> {
+    if mma_ready(properties, dtype) {
+        Some(false)
+    } else if [DType::F16, DType::BF16].iter().any(|&half| mma_ready(properties, half)) {
+        None
+    } else {
+        Some(true)
+    }
+}
+
+/// Whether a call with these [`Scalars::flags`] takes the kernel's `general` score formula: a
+/// bias, a softcap, explicit positions, segments or padding.
+pub(super) fn general(flags: u32) -> bool {
+    use super::{ALIBI, BY_DISTANCE, CAPPED};
+    flags & (ALIBI | BY_DISTANCE | CAPPED | EXPLICIT | SEGMENTED | PADDED) != 0
+}
+
 /// A tensor-core cube's geometry: `span` heads of a group times `tiles` warps of `m_tiles x 16`
 /// query rows each (`span x tiles = WARPS`), the keys a block and the stages of keys and values
 /// in shared memory (2: the next block copied while this one is computed).
@@ -606,8 +644,11 @@ pub(super) fn plan(
         .find(|span| group % span == 0 && WARPS % span == 0)
         .unwrap_or(1);
     let m_tiles = if dh.max(dvp) <= 64 { 2 } else { 1 };
-    [(64, 2), (64, 1), (32, 2), (32, 1), (16, 2), (16, 1)]
-        .into_iter()
+    // Two m-tiles a warp take blocks of 32 keys (64 spill at width 64: 255 registers a unit).
+    let blocks: &[usize] = if m_tiles == 2 { &[32, 16] } else { &[64, 32, 16] };
+    blocks
+        .iter()
+        .flat_map(|&block| [(block, 2), (block, 1)])
         .map(|(block, stages)| MmaPlan {
             span,
             tiles: WARPS / span,

@@ -5,13 +5,15 @@
 //!   unit keeps a few query rows in registers and reads keys and values from device memory;
 //! - `shared.rs`, shaped for a discrete GPU: key and value blocks staged in shared memory by
 //!   all the units of a cube, one or two query rows per unit, cubes of whole planes;
-//! - `tensor_cores.rs` (and `backward_tensor_cores.rs`), for f16 and bf16 on a GPU with
-//!   cooperative matrices: 16 query rows per plane, the block products as 16x16x16 `cmma`
-//!   tiles, the scores staged in shared memory for the per-score formula and the softmax.
+//! - `mma.rs` (the forward) and `backward_tensor_cores.rs` (the backward, on the tiles of
+//!   `tensor_cores.rs`), for f16 and bf16 on NVIDIA's tensor cores: the forward on
+//!   `mma.sync` with its fragments in registers (`fragment/`), the backward on 16x16x16 `cmma`
+//!   tiles with the scores staged in shared memory; both emulated where the device lacks them.
 //!
 //! [`FlashVariant`](super::FlashVariant) picks one (`variant.rs`: by the adapter, or forced).
 //! This file holds what both share: the launch's run-time values ([`Scalars`]), the per-score
-//! formula (positions, masks, bias, softcap: [`final_score`]), a unit's query rows ([`Rows`])
+//! formula (positions, masks, bias, softcap: [`final_score`], [`biased_score`] then
+//! [`masked_score`]), a unit's query rows ([`Rows`])
 //! and their online softmax ([`fold_block`]), and the host side ([`launch`]): checks, outputs,
 //! flags, the choice, the launch.
 //!
@@ -41,6 +43,7 @@ mod split;
 mod tensor_cores;
 
 pub(crate) use backward::launch_backward;
+pub(crate) use mma::emulation as mma_emulation;
 use scalars::{ScalarValues, storage_types};
 mod shared;
 
@@ -51,7 +54,7 @@ use cubecl::prelude::*;
 
 use super::check_sizes;
 use super::tile::TileArgs;
-use super::variant::{FlashVariant, count_launch, mma_ready, pick};
+use super::variant::{FlashVariant, count_launch, pick};
 
 /// A hidden score (WGSL has no infinity literal): `exp(HIDDEN - m)` is 0 for any real `m`.
 const HIDDEN: f32 = -1.0e30;
@@ -230,7 +233,8 @@ fn head_bias<F: Float, C: Float>(bias: &Tensor<F>, p: &Scalars, head: usize) -> 
 /// The score `x = scale q . k` of a query and a key with what every visible pair gets: the
 /// softcap, then the bias from `rel = key position - query position` (ALiBi's slope, or the
 /// distance table). [`final_score`] adds the masks; a block every row sees whole (the
-/// tensor-core kernel's classification) needs only this.
+/// tensor-core kernel's classification) needs only this. `fast`: the softcap's `tanh` as one
+/// approximate instruction ([`fragment::tanh`], native on CUDA only), else CubeCL's `Tanh`.
 #[cube]
 fn biased_score<F: Float, C: Float>(
     x: C,
@@ -239,11 +243,20 @@ fn biased_score<F: Float, C: Float>(
     slope: C,
     table_base: usize,
     p: &Scalars,
+    #[comptime] fast: bool,
 ) -> C {
     let flags = p.flags;
     let mut x = x;
     if (flags & CAPPED) != 0 {
-        x = C::tanh(x / C::cast_from(p.softcap)) * C::cast_from(p.softcap);
+        let cap = C::cast_from(p.softcap);
+        if comptime!(fast) {
+            // A product by the reciprocal, which the compiler computes once for every score
+            // (a division a score is a slow-path call each).
+            let inv = C::new(1.0) / cap;
+            x = C::cast_from(fragment::tanh(f32::cast_from(x * inv), false)) * cap;
+        } else {
+            x = C::tanh(x / cap) * cap;
+        }
     }
     if (flags & ALIBI) != 0 {
         let mut distance = rel;
@@ -307,7 +320,7 @@ fn final_score<F: Float, C: Float>(
     table_base: usize,
     p: &Scalars,
 ) -> C {
-    let x = biased_score::<F, C>(x, rel, bias, slope, table_base, p);
+    let x = biased_score::<F, C>(x, rel, bias, slope, table_base, p, false);
     masked_score::<C>(x, rel, seen, q_segment, k_segment, p)
 }
 
@@ -545,9 +558,9 @@ pub(crate) fn launch(
     let group = sizes.n_heads / sizes.n_kv_heads;
     let properties = client.properties();
     let variant = pick(args.variant, &client, dtype);
-    let emulate = !mma_ready(&properties, dtype);
     let cpu_adapter = properties.identity.physical.is_none();
     if variant == FlashVariant::TensorCores
+        && let Some(emulate) = mma::emulation(&properties, dtype)
         && let Some(plan) = mma::plan(&sizes, group, dtype.size(), &properties.hardware, emulate)
         && !tensor_cores::cut_short(mma::forward_iterations(&plan, &sizes), emulate, cpu_adapter)
     {
@@ -596,6 +609,7 @@ pub(crate) fn launch(
                 plan.block,
                 plan.m_tiles,
                 plan.stages,
+                mma::general(values.flags),
                 emulate,
                 dtypes,
             )

@@ -1,42 +1,16 @@
-//! The tensor-core kernel ([`FlashVariant::TensorCores`](super::FlashVariant)): FlashAttention-2
-//! with its block products on cooperative matrices (CubeCL's `cmma`: NVIDIA's tensor cores on
-//! CUDA, `VK_KHR_cooperative_matrix` on Vulkan), 16x16x16 tiles of f16 or bf16 with f32
-//! accumulators.
+//! The tiles of the tensor-core backward (`backward_tensor_cores.rs`): its block products on
+//! cooperative matrices (CubeCL's `cmma`: NVIDIA's WMMA on CUDA, `VK_KHR_cooperative_matrix` on
+//! Vulkan), 16x16x16 tiles of f16 or bf16 with f32 accumulators, every operand in shared memory,
+//! heads padded with zeros to a multiple of 16; the staging of rows and key places; where a
+//! cube of query tiles and its planes sit.
 //!
-//! A cube is `planes` planes of 32 units over one tile: `16 x tiles` query rows of each of
-//! `span` heads of a key/value head's group (`planes = span x tiles`); plane `w` owns 16 rows of
-//! one head. Every buffer a product reads or writes lives in shared memory, heads padded with
-//! zeros to a multiple of 16 (`dh`, `dvp`):
-//!
-//! 1. once: each plane's query rows `[16, dh]` (storage dtype) and its output `[16, dvp]`
-//!    (f32, zeros);
-//! 2. per stage of `stage` keys: all units copy the keys `[stage, dh]`, values `[stage, dvp]`
-//!    and where each key sits (position, visibility, segment), as the shared kernel does;
-//! 3. each plane: `S = Q Kᵀ` into its f32 score tile `[16, stage]` (tile products);
-//! 4. each plane's units 0..16, one row each: the per-score formula ([`final_score`]: scale,
-//!    softcap, bias, masks) and the online softmax; the row's output rescaled; the weights `P`
-//!    written in the storage dtype;
-//! 5. each plane: `O += P V` (tile products, the output loaded as the accumulator);
-//! 6. at the end, units 0..16 write `O / l` and `m + ln l`.
-//!
-//! `sync_cube()` separates the steps (uniform control flow: the stage loop's bounds are the
-//! cube's). A tile product is `cmma` where the device has it for the dtype; elsewhere (f32,
-//! WGSL, lavapipe) the plane's 32 units compute the same 16x16 tile in f32, 8 entries each
+//! A tile product is `cmma` where the device has it for the dtype; elsewhere (f32, WGSL,
+//! lavapipe) the plane's 32 units compute the same 16x16 tile in f32, 8 entries each
 //! ([`tile_product`], `emulate`): the same kernel around it, which is what CI runs.
 //!
-//! # On NVIDIA GPUs
-//!
-//! Built for cubes of 4 planes (128 units) and at most 48 KiB of shared memory, the plan
-//! shrinking the stage, then the planes, to fit. NVRTC's figures for an H100/H200 (`sm_90`;
-//! `cuda_kernels` example, `tools/cuda/kernels.py`, `docs/gpu.md`): f16 at width 64, 56
-//! registers a unit and 45 KiB a cube, so 4 cubes per multiprocessor, 25 % theoretical
-//! occupancy, limited by shared memory; width 128 takes 2 planes, 12.5 %. Its machine code holds
-//! 32 `HMMA` (the tensor cores' instruction). FlashAttention-2's own shape: every operand of a
-//! product is in shared memory (queries, a stage of keys and values, the score tile, the output),
-//! so the cube's bytes, not its units, bound how many share a multiprocessor; more cubes would
-//! take smaller stages and more barriers per key. 4 bytes a unit spill at width 64 in f16 (a
-//! value kept across a call into a slow-path subroutine, `CALL.REL.NOINC` in the SASS), listed
-//! in `tools/cuda/known-spills.json`.
+//! The forward on these tiles (issue 61: 9.4 ms on an H200 where the shared kernel took 3.8,
+//! every score tile through shared memory) gave way to the `mma.sync` forward (`mma.rs`, issue
+//! 72), whose fragments stay in registers; the backward follows it there next.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]
@@ -57,7 +31,8 @@ const COPY_STEP: usize = 4;
 /// llvmpipe (lavapipe's compiler) ends every loop of a shader invocation once the iterations of
 /// all its loops add up to this (Mesa's `LP_MAX_TGSI_LOOP_ITERATIONS`, "shared between every
 /// loop"), silently: the kernel goes on with wrong sums and skips the rest of its loops. The
-/// tensor-core kernels count their iterations on a CPU adapter ([`forward_iterations`]) and
+/// tensor-core kernels count their iterations on a CPU adapter (`mma::forward_iterations`,
+/// `backward_tensor_cores::backward_iterations`) and
 /// leave a launch that would pass it to the shared kernel.
 pub(super) const LOOP_LIMIT: usize = 65_535;
 
@@ -73,7 +48,7 @@ pub(super) const LOOP_LIMIT: usize = 65_535;
 /// Emulated, the one run-time loop walks `k` in steps of [`EMULATED_STEP`] (its body
 /// unrolled): llvmpipe ends every loop of an invocation once their iterations add up to
 /// [`LOOP_LIMIT`], so the iterations per key are what bounds the lengths lavapipe computes
-/// right ([`forward_iterations`]).
+/// right (`backward_tensor_cores::backward_iterations`).
 #[cube]
 pub(super) fn tile_product<F: Float, C: Float>(
     a: &[F],

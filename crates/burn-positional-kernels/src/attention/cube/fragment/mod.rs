@@ -240,6 +240,20 @@ pub(crate) fn exp2(x: f32, #[comptime] emulate: bool) -> f32 {
     }
 }
 
+/// `tanh(x)` for the softcap: natively PTX's `tanh.approx.f32`, one `MUFU.TANH` (about 2^-11
+/// relative error, as FlashAttention-2's softcap through `cutlass::fast_tanh`), where CubeCL's
+/// `Tanh` is an accurate sequence around `MUFU.EX2` and a division; emulated `tanh`.
+#[cube]
+pub(crate) fn tanh(x: f32, #[comptime] emulate: bool) -> f32 {
+    if comptime!(emulate) {
+        f32::tanh(x)
+    } else {
+        let out: f32;
+        gpu_asm!("tanh.approx.f32 {}, {};", out(_) out, in(_) x, options(nomem));
+        out
+    }
+}
+
 /// 16 bytes of `src` (global memory) to `dst` (shared memory, 16-byte aligned), without waiting:
 /// natively `cp.async.cg` (sm_80 and up), which lands after [`commit_group`] and [`wait_group`];
 /// emulated, a plain copy. FlashAttention-2 stages each key and value block this way, the next
