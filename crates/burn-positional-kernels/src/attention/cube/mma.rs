@@ -42,7 +42,7 @@ use super::fragment::{
 };
 use super::{
     CAUSAL, EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN, WINDOW, biased_score,
-    head_bias, masked_score, key_place, key_range, query_place,
+    head_bias, key_place, key_range, query_place, visible,
 };
 use crate::attention::Sizes;
 use crate::attention::variant::mma_ready;
@@ -423,7 +423,9 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                     }
                     if !full {
                         let row = i0 + (r / 2) * M_TILE + g + 8 * h;
-                        y = masked_score::<f32>(y, rel, k_seen && row < seq_q, q_seg[r], k_seg, &p);
+                        if !visible(rel, k_seen && row < seq_q, q_seg[r], k_seg, &p) {
+                            y = f32::new(HIDDEN);
+                        }
                     }
                     pair.insert(e, y);
                     acc_s.index_mut(at)[h] = pair;

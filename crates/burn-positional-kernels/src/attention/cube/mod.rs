@@ -12,8 +12,8 @@
 //!
 //! [`FlashVariant`](super::FlashVariant) picks one (`variant.rs`: by the adapter, or forced).
 //! This file holds what both share: the launch's run-time values ([`Scalars`]), the per-score
-//! formula (positions, masks, bias, softcap: [`final_score`], [`biased_score`] then
-//! [`masked_score`]), a unit's query rows ([`Rows`])
+//! formula (positions, masks, bias, softcap: [`final_score`], of [`capped`], [`visible`] and
+//! [`with_bias`]), a unit's query rows ([`Rows`])
 //! and their online softmax ([`fold_block`]), and the host side ([`launch`]): checks, outputs,
 //! flags, the choice, the launch.
 //!
@@ -230,24 +230,12 @@ fn head_bias<F: Float, C: Float>(bias: &Tensor<F>, p: &Scalars, head: usize) -> 
     (slope, head * (2 * p.reach as usize + 1))
 }
 
-/// The score `x = scale q . k` of a query and a key with what every visible pair gets: the
-/// softcap, then the bias from `rel = key position - query position` (ALiBi's slope, or the
-/// distance table). [`final_score`] adds the masks; a block every row sees whole (the
-/// tensor-core kernel's classification) needs only this. `fast`: the softcap's `tanh` as one
+/// The softcap on a score `x = scale q . k` (none without it). `fast`: its `tanh` as one
 /// approximate instruction ([`fragment::tanh`], native on CUDA only), else CubeCL's `Tanh`.
 #[cube]
-fn biased_score<F: Float, C: Float>(
-    x: C,
-    rel: i32,
-    bias: &Tensor<F>,
-    slope: C,
-    table_base: usize,
-    p: &Scalars,
-    #[comptime] fast: bool,
-) -> C {
-    let flags = p.flags;
+fn capped<C: Float>(x: C, p: &Scalars, #[comptime] fast: bool) -> C {
     let mut x = x;
-    if (flags & CAPPED) != 0 {
+    if (p.flags & CAPPED) != 0 {
         let cap = C::cast_from(p.softcap);
         if comptime!(fast) {
             // A product by the reciprocal, which the compiler computes once for every score
@@ -258,6 +246,22 @@ fn biased_score<F: Float, C: Float>(
             x = C::tanh(x / cap) * cap;
         }
     }
+    x
+}
+
+/// A (capped) score plus its bias from `rel = key position - query position`: ALiBi's slope
+/// times the distance taken off, or the distance table's entry added.
+#[cube]
+fn with_bias<F: Float, C: Float>(
+    x: C,
+    rel: i32,
+    bias: &Tensor<F>,
+    slope: C,
+    table_base: usize,
+    p: &Scalars,
+) -> C {
+    let flags = p.flags;
+    let mut x = x;
     if (flags & ALIBI) != 0 {
         let mut distance = rel;
         if rel < 0 {
@@ -272,18 +276,10 @@ fn biased_score<F: Float, C: Float>(
     x
 }
 
-/// A biased score ([`biased_score`]) or [`HIDDEN`] where a mask hides the key (`seen`: the
-/// key is in range, not padding, and the query row exists; the causal mask, the window, the
-/// segments, from `rel = key position - query position`).
+/// Whether the masks leave a key to a query (`seen`: the key is in range, not padding, and the
+/// query row exists): the causal mask, the window and the segments, from `rel`.
 #[cube]
-fn masked_score<C: Float>(
-    x: C,
-    rel: i32,
-    seen: bool,
-    q_segment: i32,
-    k_segment: i32,
-    p: &Scalars,
-) -> C {
+fn visible(rel: i32, seen: bool, q_segment: i32, k_segment: i32, p: &Scalars) -> bool {
     let flags = p.flags;
     let mut seen = seen;
     let causal = (flags & CAUSAL) != 0;
@@ -299,15 +295,27 @@ fn masked_score<C: Float>(
     if (flags & SEGMENTED) != 0 {
         seen = seen && k_segment == q_segment;
     }
-    let mut x = x;
-    if !seen {
-        x = C::new(HIDDEN);
-    }
-    x
+    seen
 }
 
-/// The score `x = scale q . k` of a query and a key made final: [`biased_score`], then
-/// [`masked_score`]. Every kernel's scores, forward and backward.
+/// What every visible pair's score gets: [`capped`], then [`with_bias`]. A block every row sees
+/// whole (the tensor-core forward's classification) needs only this.
+#[cube]
+fn biased_score<F: Float, C: Float>(
+    x: C,
+    rel: i32,
+    bias: &Tensor<F>,
+    slope: C,
+    table_base: usize,
+    p: &Scalars,
+    #[comptime] fast: bool,
+) -> C {
+    with_bias::<F, C>(capped::<C>(x, p, fast), rel, bias, slope, table_base, p)
+}
+
+/// The score `x = scale q . k` of a query and a key made final: [`capped`], [`visible`],
+/// [`with_bias`], and [`HIDDEN`] where a mask hides the key. Every kernel's scores, forward and
+/// backward (the tensor-core forward takes the same three where its blocks need them).
 #[cube]
 fn final_score<F: Float, C: Float>(
     x: C,
@@ -320,8 +328,13 @@ fn final_score<F: Float, C: Float>(
     table_base: usize,
     p: &Scalars,
 ) -> C {
-    let x = biased_score::<F, C>(x, rel, bias, slope, table_base, p, false);
-    masked_score::<C>(x, rel, seen, q_segment, k_segment, p)
+    let x = capped::<C>(x, p, false);
+    let seen = visible(rel, seen, q_segment, k_segment, p);
+    let mut x = with_bias::<F, C>(x, rel, bias, slope, table_base, p);
+    if !seen {
+        x = C::new(HIDDEN);
+    }
+    x
 }
 
 /// A unit's `per_unit` query rows: scaled (`q`, `[per_unit, d_head]`), their running maximum
