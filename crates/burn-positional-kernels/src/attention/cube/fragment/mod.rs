@@ -23,8 +23,8 @@
 //! `2s` and `2s + 1` (keys `16s..16s + 16`), in that order, are element for element the A
 //! operand of `P V` for those keys ([`p_operand_tile`]), so P never leaves registers.
 
-// The forward kernel that reads these fragments is the next part of issue 72; until it lands
-// only the tests use them.
+// The tensor-core forward (`mma.rs`) reads these fragments; a few layout helpers
+// (`p_operand_tile`, the B layout) serve only the tests and the emulation's documentation.
 #![cfg_attr(not(test), allow(dead_code))]
 
 use cubecl::cmma::MatrixIdent;
