@@ -60,8 +60,8 @@ pub(crate) fn boundaries(
     around(&mut queries, per_unit);
     match variant {
         FlashVariant::TensorCores => {
-            let forward =
-                mma.and_then(|emulate| super::mma::plan(&long, group, elem_size, hardware, emulate));
+            let forward = mma
+                .and_then(|emulate| super::mma::plan(&long, group, elem_size, hardware, emulate));
             let backward = backward_tensor_cores::plan(&long, group, elem_size, hardware);
             fits = forward.is_some()
                 && backward.is_some()

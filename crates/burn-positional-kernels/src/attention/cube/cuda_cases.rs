@@ -426,8 +426,7 @@ mod tests {
     fn the_gpus_have_tensor_cores_for_halves_only() {
         for gpu in [H100, A100] {
             let target = Target::for_tests(gpu);
-            for (dtype, native) in [(DType::F16, true), (DType::BF16, true), (DType::F32, false)]
-            {
+            for (dtype, native) in [(DType::F16, true), (DType::BF16, true), (DType::F32, false)] {
                 let p = &target.properties;
                 assert_eq!(cmma_ready(p, dtype), native, "{} {dtype:?} cmma", gpu.name);
                 assert_eq!(mma_ready(p, dtype), native, "{} {dtype:?} mma", gpu.name);

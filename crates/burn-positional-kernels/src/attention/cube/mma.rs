@@ -41,8 +41,8 @@ use super::fragment::{
     p_operand, shuffle_xor, wait_group,
 };
 use super::{
-    CAUSAL, EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN, WINDOW, biased_score,
-    head_bias, key_place, key_range, query_place, visible,
+    CAUSAL, EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN, WINDOW, biased_score, head_bias,
+    key_place, key_range, query_place, visible,
 };
 use crate::attention::Sizes;
 use crate::attention::variant::mma_ready;
@@ -339,8 +339,28 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     let mut stage = 0usize;
     if j0 < k_hi {
         let valid = min(block, seq_k - j0);
-        stage_block::<F>(k, &mut k_s, 0, kv_base + j0, valid, block, d_head, dh, emulate);
-        stage_block::<F>(v, &mut v_s, 0, kv_base + j0, valid, block, d_v, dvp, emulate);
+        stage_block::<F>(
+            k,
+            &mut k_s,
+            0,
+            kv_base + j0,
+            valid,
+            block,
+            d_head,
+            dh,
+            emulate,
+        );
+        stage_block::<F>(
+            v,
+            &mut v_s,
+            0,
+            kv_base + j0,
+            valid,
+            block,
+            d_v,
+            dvp,
+            emulate,
+        );
     }
     commit_group(emulate);
     while j0 < k_hi {
@@ -350,8 +370,28 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                 let valid = min(block, seq_k - next);
                 let other = 1 - stage;
                 let (ka, va) = (other * block * dh, other * block * dvp);
-                stage_block::<F>(k, &mut k_s, ka, kv_base + next, valid, block, d_head, dh, emulate);
-                stage_block::<F>(v, &mut v_s, va, kv_base + next, valid, block, d_v, dvp, emulate);
+                stage_block::<F>(
+                    k,
+                    &mut k_s,
+                    ka,
+                    kv_base + next,
+                    valid,
+                    block,
+                    d_head,
+                    dh,
+                    emulate,
+                );
+                stage_block::<F>(
+                    v,
+                    &mut v_s,
+                    va,
+                    kv_base + next,
+                    valid,
+                    block,
+                    d_v,
+                    dvp,
+                    emulate,
+                );
             }
             commit_group(emulate);
             wait_group(1u32, emulate);
@@ -374,13 +414,24 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             for np in 0..comptime!(n_tiles / 2) {
                 let row = np * 16 + 8 * (lane / 16) + lane % 8;
                 let chunk = kk * 2 + (lane / 8) % 2;
-                let kf =
-                    ldmatrix_x4::<F>(&k_s, kb + chunk_at(row, chunk, dh), &mut lanes, false, emulate);
+                let kf = ldmatrix_x4::<F>(
+                    &k_s,
+                    kb + chunk_at(row, chunk, dh),
+                    &mut lanes,
+                    false,
+                    emulate,
+                );
                 let (b0, b1) = halves::<F>(&kf);
                 #[unroll]
                 for mt in 0..m_tiles {
                     let a = qa.index(mt * k_slices + kk);
-                    mma::<F>(a, &b0, acc_s.index_mut(mt * n_tiles + 2 * np), &mut scratch, emulate);
+                    mma::<F>(
+                        a,
+                        &b0,
+                        acc_s.index_mut(mt * n_tiles + 2 * np),
+                        &mut scratch,
+                        emulate,
+                    );
                     mma::<F>(
                         a,
                         &b1,
@@ -494,13 +545,24 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             for cp in 0..comptime!(o_tiles / 2) {
                 let row = s * 16 + 8 * ((lane / 8) % 2) + lane % 8;
                 let chunk = cp * 2 + lane / 16;
-                let vf =
-                    ldmatrix_x4::<F>(&v_s, vb + chunk_at(row, chunk, dvp), &mut lanes, true, emulate);
+                let vf = ldmatrix_x4::<F>(
+                    &v_s,
+                    vb + chunk_at(row, chunk, dvp),
+                    &mut lanes,
+                    true,
+                    emulate,
+                );
                 let (b0, b1) = halves::<F>(&vf);
                 #[unroll]
                 for mt in 0..m_tiles {
                     let a = pa.index(mt);
-                    mma::<F>(a, &b0, acc_o.index_mut(mt * o_tiles + 2 * cp), &mut scratch, emulate);
+                    mma::<F>(
+                        a,
+                        &b0,
+                        acc_o.index_mut(mt * o_tiles + 2 * cp),
+                        &mut scratch,
+                        emulate,
+                    );
                     mma::<F>(
                         a,
                         &b1,
@@ -516,8 +578,28 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
         if comptime!(stages == 1) {
             if next < k_hi {
                 let valid = min(block, seq_k - next);
-                stage_block::<F>(k, &mut k_s, 0, kv_base + next, valid, block, d_head, dh, emulate);
-                stage_block::<F>(v, &mut v_s, 0, kv_base + next, valid, block, d_v, dvp, emulate);
+                stage_block::<F>(
+                    k,
+                    &mut k_s,
+                    0,
+                    kv_base + next,
+                    valid,
+                    block,
+                    d_head,
+                    dh,
+                    emulate,
+                );
+                stage_block::<F>(
+                    v,
+                    &mut v_s,
+                    0,
+                    kv_base + next,
+                    valid,
+                    block,
+                    d_v,
+                    dvp,
+                    emulate,
+                );
             }
             commit_group(emulate);
         } else {
@@ -572,7 +654,10 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
 pub(crate) fn emulation(properties: &cubecl::ir::DeviceProperties, dtype: DType) -> Option<bool> {
     if mma_ready(properties, dtype) {
         Some(false)
-    } else if [DType::F16, DType::BF16].iter().any(|&half| mma_ready(properties, half)) {
+    } else if [DType::F16, DType::BF16]
+        .iter()
+        .any(|&half| mma_ready(properties, half))
+    {
         None
     } else {
         Some(true)
@@ -647,7 +732,11 @@ pub(super) fn plan(
         .unwrap_or(1);
     let m_tiles = if dh.max(dvp) <= 64 { 2 } else { 1 };
     // Two m-tiles a warp take blocks of 32 keys (64 spill at width 64: 255 registers a unit).
-    let blocks: &[usize] = if m_tiles == 2 { &[32, 16] } else { &[64, 32, 16] };
+    let blocks: &[usize] = if m_tiles == 2 {
+        &[32, 16]
+    } else {
+        &[64, 32, 16]
+    };
     blocks
         .iter()
         .flat_map(|&block| [(block, 2), (block, 1)])
@@ -680,7 +769,11 @@ mod tests {
             for row in 0..16 {
                 let mut seen: Vec<usize> = (0..chunks).map(|c| c ^ (row % span)).collect();
                 seen.sort();
-                assert_eq!(seen, (0..chunks).collect::<Vec<_>>(), "{chunks} chunks, row {row}");
+                assert_eq!(
+                    seen,
+                    (0..chunks).collect::<Vec<_>>(),
+                    "{chunks} chunks, row {row}"
+                );
             }
         }
         assert_eq!(swizzle_span(8), 8);
