@@ -268,25 +268,9 @@ pub(crate) fn cmma_ready(
     properties: &cubecl::ir::DeviceProperties,
     dtype: burn::tensor::DType,
 ) -> bool {
-    use burn::tensor::DType;
-    use cubecl::ir::features::MmaConfig;
-    use cubecl::ir::{ElemType, FloatKind};
-    let operand = match dtype {
-        DType::F16 => ElemType::Float(FloatKind::F16),
-        DType::BF16 => ElemType::Float(FloatKind::BF16),
-        _ => return false,
-    };
-    let hardware = &properties.hardware;
-    hardware.plane_size_min == 32
-        && hardware.plane_size_max == 32
-        && properties.features.matmul.cmma.contains(&MmaConfig {
-            a_type: operand,
-            b_type: operand,
-            cd_type: ElemType::Float(FloatKind::F32),
-            m: 16,
-            n: 16,
-            k: 16,
-        })
+    halves_ready(properties, dtype, 16, |config| {
+        properties.features.matmul.cmma.contains(config)
+    })
 }
 
 /// Whether the device runs `mma.sync.m16n8k16` with `dtype` operands (f16 or bf16 only) and
@@ -299,6 +283,20 @@ pub(crate) fn mma_ready(
     properties: &cubecl::ir::DeviceProperties,
     dtype: burn::tensor::DType,
 ) -> bool {
+    halves_ready(properties, dtype, 8, |config| {
+        properties.features.matmul.mma.contains(config)
+    })
+}
+
+/// Whether `dtype` is f16 or bf16, the device's planes are exactly 32 units, and `has` a
+/// 16 x `n` x 16 product of `dtype` operands with f32 accumulators.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn halves_ready(
+    properties: &cubecl::ir::DeviceProperties,
+    dtype: burn::tensor::DType,
+    n: u32,
+    has: impl Fn(&cubecl::ir::features::MmaConfig) -> bool,
+) -> bool {
     use burn::tensor::DType;
     use cubecl::ir::features::MmaConfig;
     use cubecl::ir::{ElemType, FloatKind};
@@ -310,12 +308,12 @@ pub(crate) fn mma_ready(
     let hardware = &properties.hardware;
     hardware.plane_size_min == 32
         && hardware.plane_size_max == 32
-        && properties.features.matmul.mma.contains(&MmaConfig {
+        && has(&MmaConfig {
             a_type: operand,
             b_type: operand,
             cd_type: ElemType::Float(FloatKind::F32),
             m: 16,
-            n: 8,
+            n,
             k: 16,
         })
 }
