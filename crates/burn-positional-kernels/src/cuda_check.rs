@@ -418,21 +418,27 @@ mod tests {
         }
     }
 
-    /// One kernel all the way to CUDA C++: its entry point, and `cmma` as NVIDIA's `wmma`.
+    /// The tensor-core kernels all the way to CUDA C++: their entry points, the forward's
+    /// fragment layer as `mma.sync` and `ldmatrix`, and the backward's `cmma` as NVIDIA's `wmma`.
     #[test]
-    fn a_tensor_core_kernel_becomes_wmma() {
-        let case = cases(H100, false)
-            .into_iter()
-            .find(|c| c.tensor_cores)
-            .expect("a tensor-core case");
-        let source = compile(&case, H100, &compilation_options(H100)).unwrap();
-        assert!(
-            source
-                .source
-                .contains(&format!("__global__ void __launch_bounds__("))
-        );
-        assert!(source.source.contains(&source.entrypoint));
-        assert!(source.source.contains("nvcuda::wmma::mma_sync"));
-        assert!(source.dynamic_shared_bytes > 0 && source.dynamic_shared_bytes <= 48 * 1024);
+    fn the_tensor_core_kernels_become_mma_and_wmma() {
+        let cases = cases(H100, false);
+        let source = |kernel: &str| {
+            let case = cases
+                .iter()
+                .find(|c| c.tensor_cores && c.kernel == kernel)
+                .unwrap_or_else(|| panic!("no tensor-core case of {kernel}"));
+            let source = compile(case, H100, &compilation_options(H100)).unwrap();
+            assert!(source.source.contains("__global__ void __launch_bounds__("));
+            assert!(source.source.contains(&source.entrypoint));
+            assert!(source.dynamic_shared_bytes > 0 && source.dynamic_shared_bytes <= 48 * 1024);
+            source.source
+        };
+        let forward = source("attention forward: tensor cores");
+        assert!(forward.contains("mma.sync.aligned.m16n8k16"), "the forward's product");
+        assert!(forward.contains("ldmatrix"), "the forward's fragment loads");
+        assert!(!forward.contains("nvcuda::wmma"), "the forward has no WMMA left");
+        let backward = source("attention backward: tensor cores, keys");
+        assert!(backward.contains("nvcuda::wmma::mma_sync"));
     }
 }
