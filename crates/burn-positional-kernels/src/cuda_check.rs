@@ -435,9 +435,15 @@ mod tests {
             source.source
         };
         let forward = source("attention forward: tensor cores");
-        assert!(forward.contains("mma.sync.aligned.m16n8k16"), "the forward's product");
+        assert!(
+            forward.contains("mma.sync.aligned.m16n8k16"),
+            "the forward's product"
+        );
         assert!(forward.contains("ldmatrix"), "the forward's fragment loads");
-        assert!(!forward.contains("nvcuda::wmma"), "the forward has no WMMA left");
+        assert!(
+            !forward.contains("nvcuda::wmma"),
+            "the forward has no WMMA left"
+        );
         let backward = source("attention backward: tensor cores, keys");
         assert!(backward.contains("nvcuda::wmma::mma_sync"));
     }

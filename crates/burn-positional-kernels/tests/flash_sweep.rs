@@ -4,11 +4,11 @@
 //! and its split keys, 32, 64 and 128 for the register kernel), the key and
 //! query counts on both sides of every stage, key block, cube of
 //! rows and split the plan chose on this device (`flash_boundaries`, read from the plan code;
-//! every row count with gradients, f32 and f16, for the tensor-core kernels; f32 and the most
+//! every row count with gradients, f32, for the tensor-core kernels; f32 and the most
 //! rows for the others, where each row count and width compiles kernels of its own),
 //! the long lengths 1024, 1025, 2048, 2049 and 3000, and on lavapipe the most keys the
 //! tensor-core forward takes under llvmpipe's loop limit and one past it. Outputs and gradients
-//! against the slow twin (`reference_attention`, burn's own ops per tile), f32 and f16.
+//! against the slow twin (`reference_attention`, burn's own ops per tile), f32 (f16 in `issue_rows`).
 //!
 //! The tensor-core forward at head width 64 gave wrong numbers from 1,640 keys on lavapipe, and
 //! its backward with grouped heads from about 700 tokens (issue 61): llvmpipe stops every loop
@@ -293,6 +293,12 @@ fn split_keys_across_their_boundaries() {
     );
 }
 
+/// f32 alone: the emulated forward (issue 72) holds one barrier per exchange of its virtual
+/// warps, each a suspend point of llvmpipe's coroutines, and in f16 LLVM took minutes a width
+/// (245 s for width 64 with a bias, `issue_rows`). The index logic is the dtype's only through
+/// the plan (the stages that fit), which f32 takes across every boundary at every width; f16
+/// and bf16 go through the emulation in `flash.rs` (`check_half`) and `issue_rows`, and through
+/// these boundaries natively in the GPU kit's `--check-tensor-cores`.
 #[test]
 fn tensor_core_kernel_across_its_boundaries() {
     sweep(
@@ -300,7 +306,7 @@ fn tensor_core_kernel_across_its_boundaries() {
         None,
         &WIDTHS,
         &WIDTHS,
-        &[DType::F32, DType::F16],
+        &[DType::F32],
     );
 }
 

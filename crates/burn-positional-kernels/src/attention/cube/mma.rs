@@ -21,7 +21,7 @@
 //!    ([`biased_score`] on blocks every row sees whole, [`final_score`] with the masks on the
 //!    others: the block classification of FlexAttention's full and partial blocks);
 //! 4. the online softmax in registers: each lane's two rows per m-tile reduced across its quad
-//!    ([`shuffle_xor`] 1 and 2), the output rescaled, the weights `exp2(s log2 e - m log2 e)`
+//!    ([`quad_max`], [`quad_sum`]), the output rescaled, the weights `exp2(s log2 e - m log2 e)`
 //!    ([`exp2`]: one `MUFU.EX2`);
 //! 5. `O += P V`: the accumulators of S's n8-tiles `2s`, `2s + 1` are P's A operand for keys
 //!    `16s..16s + 16` ([`p_operand`]), V's B fragments one `ldmatrix.trans` x4 per 16 keys and
@@ -37,8 +37,8 @@ use cubecl::ir::HardwareProperties;
 use cubecl::prelude::*;
 
 use super::fragment::{
-    self, LANE_SCRATCH, MMA_SCRATCH, WARP, commit_group, copy_16_bytes, exp2, ldmatrix_x4, mma,
-    p_operand, shuffle_xor, wait_group,
+    self, CHUNK, LANE_SCRATCH, MMA_SCRATCH, WARP, chunk_at, commit_group, copy_16_bytes, exp2,
+    ldmatrix_x4, mma_pair, p_operand, quad_max, quad_sum, wait_group,
 };
 use super::{
     CAUSAL, EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN, WINDOW, biased_score, head_bias,
@@ -52,26 +52,8 @@ use burn::tensor::DType;
 pub(super) const WARPS: usize = 4;
 /// Rows of one m-tile (the `m16` of the product).
 pub(super) const M_TILE: usize = 16;
-/// 16-bit elements of one `ldmatrix` row and of one async copy: 16 bytes.
-const CHUNK: usize = 8;
 /// The most shared memory one cube takes, in bytes: what CUDA gives a kernel without opting in.
 const MAX_SHARED_BYTES: usize = 48 * 1024;
-
-/// Where 16-byte chunk `chunk` of row `row` of a stage `width` values wide starts: the chunks of
-/// each row permuted by `row % span` (`span` the largest power of two, at most 8, that divides
-/// the chunks a row), so that the 8 rows one `ldmatrix` matrix reads fall in different banks
-/// (FlashAttention-2's `Swizzle<3, 3, 3>` at widths of 64 and more).
-#[cube]
-pub(super) fn chunk_at(row: usize, chunk: usize, #[comptime] width: usize) -> usize {
-    let span = comptime!(swizzle_span(width / CHUNK));
-    row * width + (chunk ^ (row % span)) * CHUNK
-}
-
-/// The largest power of two, at most 8, that divides `chunks`.
-pub(super) const fn swizzle_span(chunks: usize) -> usize {
-    let low = chunks & chunks.wrapping_neg();
-    if low > 8 { 8 } else { low }
-}
 
 /// One chunk (8 values) of row `from` of `src` to `dst[to..to + 8]`: 16-byte async copies (two
 /// for 32-bit values, which only the emulated products take).
@@ -190,27 +172,18 @@ fn full_block(p: &Scalars, r0: usize, j0: usize, #[comptime] block: usize) -> bo
     full
 }
 
-/// An accumulator tile of zeros (2 pairs).
+/// The accumulators of two n8-tiles side by side (16 x 16: pairs 0 and 1 the first tile's,
+/// 2 and 3 the second's, as [`mma_pair`] takes them), zeros. The kernel keeps S and O as lists
+/// of these: n8-tile `n` of m-tile `mt`, pair `h`, is entry `mt x tiles / 2 + n / 2`, pair
+/// `2 (n % 2) + h`.
 #[cube]
 fn zeros() -> Array<Vector<f32, Const<2>>> {
-    let mut c = Array::<Vector<f32, Const<2>>>::new(2usize);
-    c[0] = Vector::new(0.0);
-    c[1] = Vector::new(0.0);
+    let mut c = Array::<Vector<f32, Const<2>>>::new(4usize);
+    #[unroll]
+    for i in 0..4usize {
+        c[i] = Vector::new(0.0);
+    }
     c
-}
-
-/// The B fragments of two n8-tiles from one `ldmatrix` x4: pairs 0 and 1, then 2 and 3.
-#[cube]
-fn halves<F: Float>(
-    x: &Array<Vector<F, Const<2>>>,
-) -> (Array<Vector<F, Const<2>>>, Array<Vector<F, Const<2>>>) {
-    let mut lo = Array::<Vector<F, Const<2>>>::new(2usize);
-    let mut hi = Array::<Vector<F, Const<2>>>::new(2usize);
-    lo[0] = x[0];
-    lo[1] = x[1];
-    hi[0] = x[2];
-    hi[1] = x[3];
-    (lo, hi)
 }
 
 /// One cube per (query tile, key/value head and run of `span` of its heads, sequence) =
@@ -249,6 +222,8 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     let o_tiles = comptime!(d_v.next_multiple_of(16) / 8);
     let warp_rows = comptime!(m_tiles * M_TILE);
     let row_slots = comptime!(2 * m_tiles);
+    // The products of S a block (the emulation's slots count on from them in `P V`).
+    let s_calls = comptime!(d_head.next_multiple_of(16) / 16 * (block / 16) * m_tiles);
 
     let lane = (UNIT_POS % 32u32) as usize;
     let w = (UNIT_POS / 32u32) as usize;
@@ -321,7 +296,7 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     }
     let mut acc_o = Sequence::<Array<Vector<f32, Const<2>>>>::new();
     #[unroll]
-    for _ in 0..comptime!(m_tiles * o_tiles) {
+    for _ in 0..comptime!(m_tiles * o_tiles / 2) {
         acc_o.push(zeros());
     }
     let (slope, table_base) = head_bias::<F, f32>(bias, &p, head);
@@ -405,38 +380,24 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
         // 8 (i / 2), dimensions 8 (i % 2)) gives the B fragments of two n8-tiles.
         let mut acc_s = Sequence::<Array<Vector<f32, Const<2>>>>::new();
         #[unroll]
-        for _ in 0..comptime!(m_tiles * n_tiles) {
+        for _ in 0..comptime!(m_tiles * n_tiles / 2) {
             acc_s.push(zeros());
         }
         #[unroll]
         for kk in 0..k_slices {
             #[unroll]
             for np in 0..comptime!(n_tiles / 2) {
-                let row = np * 16 + 8 * (lane / 16) + lane % 8;
-                let chunk = kk * 2 + (lane / 8) % 2;
-                let kf = ldmatrix_x4::<F>(
-                    &k_s,
-                    kb + chunk_at(row, chunk, dh),
-                    &mut lanes,
-                    false,
-                    emulate,
-                );
-                let (b0, b1) = halves::<F>(&kf);
+                let kf = ldmatrix_x4::<F>(&k_s, kb, np * 16, kk * 2, dh, true, false, emulate);
                 #[unroll]
                 for mt in 0..m_tiles {
-                    let a = qa.index(mt * k_slices + kk);
-                    mma::<F>(
-                        a,
-                        &b0,
-                        acc_s.index_mut(mt * n_tiles + 2 * np),
+                    // The emulation's slots alternate call by call (`fragment::MMA_SCRATCH`).
+                    let call = (kk * (n_tiles / 2) + np) * m_tiles + mt;
+                    mma_pair::<F>(
+                        qa.index(mt * k_slices + kk),
+                        &kf,
+                        acc_s.index_mut(mt * (n_tiles / 2) + np),
                         &mut scratch,
-                        emulate,
-                    );
-                    mma::<F>(
-                        a,
-                        &b1,
-                        acc_s.index_mut(mt * n_tiles + 2 * np + 1),
-                        &mut scratch,
+                        call % 2,
                         emulate,
                     );
                 }
@@ -464,9 +425,10 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                 }
                 #[unroll]
                 for r in 0..row_slots {
-                    let at = (r / 2) * n_tiles + n;
+                    let at = (r / 2) * (n_tiles / 2) + n / 2;
                     let h = r % 2;
-                    let mut pair = acc_s.index(at)[h];
+                    let slot = 2 * (n % 2) + h;
+                    let mut pair = acc_s.index(at)[slot];
                     let rel = k_pos - q_pos[r];
                     let mut y = pair.extract(e) * scale;
                     if comptime!(general) {
@@ -479,7 +441,7 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                         }
                     }
                     pair.insert(e, y);
-                    acc_s.index_mut(at)[h] = pair;
+                    acc_s.index_mut(at)[slot] = pair;
                 }
             }
         }
@@ -493,11 +455,10 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             let mut block_max = f32::new(HIDDEN);
             #[unroll]
             for n in 0..n_tiles {
-                let pair = acc_s.index(mt * n_tiles + n)[h];
+                let pair = acc_s.index(mt * (n_tiles / 2) + n / 2)[2 * (n % 2) + h];
                 block_max = max(block_max, max(pair.extract(0usize), pair.extract(1usize)));
             }
-            block_max = max(block_max, shuffle_xor(block_max, 1u32, &mut lanes, emulate));
-            block_max = max(block_max, shuffle_xor(block_max, 2u32, &mut lanes, emulate));
+            block_max = quad_max(block_max, &mut lanes, r % 2, emulate);
             let m_new = max(m[r], block_max);
             let seen = m_new > f32::new(UNSEEN);
             let mut correction = 1.0f32;
@@ -508,14 +469,16 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             l[r] *= correction;
             #[unroll]
             for c in 0..o_tiles {
-                let mut pair = acc_o.index(mt * o_tiles + c)[h];
+                let at = mt * (o_tiles / 2) + c / 2;
+                let mut pair = acc_o.index(at)[2 * (c % 2) + h];
                 pair = pair * Vector::new(correction);
-                acc_o.index_mut(mt * o_tiles + c)[h] = pair;
+                acc_o.index_mut(at)[2 * (c % 2) + h] = pair;
             }
             let shift = m_new * log2e;
             #[unroll]
             for n in 0..n_tiles {
-                let mut pair = acc_s.index(mt * n_tiles + n)[h];
+                let at = mt * (n_tiles / 2) + n / 2;
+                let mut pair = acc_s.index(at)[2 * (n % 2) + h];
                 #[unroll]
                 for e in 0..2usize {
                     let mut weight = 0.0f32;
@@ -525,7 +488,7 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
                     l[r] += weight;
                     pair.insert(e, weight);
                 }
-                acc_s.index_mut(mt * n_tiles + n)[h] = pair;
+                acc_s.index_mut(at)[2 * (n % 2) + h] = pair;
             }
         }
 
@@ -536,38 +499,21 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             let mut pa = Sequence::<Array<Vector<F, Const<2>>>>::new();
             #[unroll]
             for mt in 0..m_tiles {
-                pa.push(p_operand::<F>(
-                    acc_s.index(mt * n_tiles + 2 * s),
-                    acc_s.index(mt * n_tiles + 2 * s + 1),
-                ));
+                pa.push(p_operand::<F>(acc_s.index(mt * (n_tiles / 2) + s)));
             }
             #[unroll]
             for cp in 0..comptime!(o_tiles / 2) {
-                let row = s * 16 + 8 * ((lane / 8) % 2) + lane % 8;
-                let chunk = cp * 2 + lane / 16;
-                let vf = ldmatrix_x4::<F>(
-                    &v_s,
-                    vb + chunk_at(row, chunk, dvp),
-                    &mut lanes,
-                    true,
-                    emulate,
-                );
-                let (b0, b1) = halves::<F>(&vf);
+                let vf = ldmatrix_x4::<F>(&v_s, vb, s * 16, cp * 2, dvp, false, true, emulate);
                 #[unroll]
                 for mt in 0..m_tiles {
-                    let a = pa.index(mt);
-                    mma::<F>(
-                        a,
-                        &b0,
-                        acc_o.index_mut(mt * o_tiles + 2 * cp),
+                    // The slots go on alternating from the products of S.
+                    let call = s_calls + (s * (o_tiles / 2) + cp) * m_tiles + mt;
+                    mma_pair::<F>(
+                        pa.index(mt),
+                        &vf,
+                        acc_o.index_mut(mt * (o_tiles / 2) + cp),
                         &mut scratch,
-                        emulate,
-                    );
-                    mma::<F>(
-                        a,
-                        &b1,
-                        acc_o.index_mut(mt * o_tiles + 2 * cp + 1),
-                        &mut scratch,
+                        call % 2,
                         emulate,
                     );
                 }
@@ -612,10 +558,7 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     // value for a row that saw no key).
     #[unroll]
     for r in 0..row_slots {
-        let mut sum = l[r];
-        sum += shuffle_xor(sum, 1u32, &mut lanes, emulate);
-        sum += shuffle_xor(sum, 2u32, &mut lanes, emulate);
-        l[r] = sum;
+        l[r] = quad_sum(l[r], &mut lanes, r % 2, emulate);
     }
     #[unroll]
     for r in 0..row_slots {
@@ -631,7 +574,7 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             }
             #[unroll]
             for c in 0..o_tiles {
-                let pair = acc_o.index(mt * o_tiles + c)[h];
+                let pair = acc_o.index(mt * (o_tiles / 2) + c / 2)[2 * (c % 2) + h];
                 #[unroll]
                 for e in 0..2usize {
                     let col = c * 8 + 2 * quad + e;
@@ -758,7 +701,7 @@ pub(super) fn forward_iterations(plan: &MmaPlan, sizes: &Sizes) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::swizzle_span;
+    use super::super::fragment::swizzle_span;
 
     /// The swizzle permutes chunks within aligned runs of its span, so it stays inside the row.
     #[test]

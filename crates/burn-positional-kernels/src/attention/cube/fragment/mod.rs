@@ -13,8 +13,8 @@
 //! | B (16 x 8) | 4 | `2t + (i & 1) + 8 (i >> 1)` (k) | `g` (n) |
 //! | C, D (16 x 8) | 4 | `g + 8 (i >> 1)` | `2t + (i & 1)` |
 //!
-//! Beside the layouts: one product a warp ([`mma`]), `ldmatrix` ([`ldmatrix_x4`]), the quad
-//! shuffle ([`shuffle_xor`]), `exp2` ([`exp2`]) and the async copy with FlashAttention-2's
+//! Beside the layouts: the products of a warp ([`mma_pair`]), `ldmatrix` ([`ldmatrix_x4`]), the
+//! quad's reductions ([`quad_max`], [`quad_sum`]), `exp2` ([`exp2`]) and the async copy with FlashAttention-2's
 //! groups ([`copy_16_bytes`], [`commit_group`], [`wait_group`]): each native on CUDA and, with
 //! `emulate`, the same operation over a "virtual warp" of 32 consecutive units through shared
 //! memory (every adapter without them: lavapipe in CI), so a kernel's index logic is one code.
@@ -92,27 +92,38 @@ pub(crate) const fn p_operand_tile(i: usize) -> (usize, usize) {
     (i / C_ELEMS, i % C_ELEMS)
 }
 
-/// Per warp, the shared `f32` values an emulated [`mma`] takes: A (16 x 16), then B (16 x 8).
-pub(crate) const MMA_SCRATCH: usize = 16 * 16 + 16 * 8;
+/// Per warp, the shared `f32` values an emulated [`mma_pair`] takes: two slots (see below), each
+/// A (16 x 16), then B (16 x 16: the two n8-tiles side by side).
+pub(crate) const MMA_SCRATCH: usize = 2 * (16 * 16 + 16 * 16);
 
-/// `c += a b` for one m16n8k16 tile on every warp of the cube: `a` is this lane's 8 elements of
-/// A (4 pairs), `b` its 4 of B (2 pairs), `c` its 4 f32 accumulators (2 pairs), each in the
-/// layout of the table above. Natively one `mma.sync.m16n8k16` (CUDA, sm_80 and up); with
-/// `emulate`, the warp (units `32 w..32 w + 32` of the cube) writes its A and B into
-/// `scratch[w * MMA_SCRATCH..]` at their own (row, column), `sync_cube`, and each lane sums its 4
-/// entries in f32 (16 products each), `sync_cube`. Every unit of the cube must call it: the
-/// emulation holds two cube barriers.
+/// The emulated warp operations and llvmpipe: a cube barrier is a suspend point of the LLVM
+/// coroutine each group of invocations runs as, and LLVM's coroutine split grows faster than
+/// linearly with them (issue 72: the forward with two barriers an operation spent minutes in
+/// `llvm::coro::buildCoroutineFrame` per kernel). So each emulated exchange takes one barrier,
+/// not two: the operation writes one of two slots (`slot`, 0 or 1), `sync_cube`, reads it, and
+/// the caller alternates the slots from one call to the next (a comptime count of its calls),
+/// so the next write to a slot comes after every unit passed the barrier that followed its last
+/// read. `ldmatrix` takes none: every lane's address is a formula of its lane ([`ldmatrix_x4`]).
+///
+/// `c += a b` for the two n8-tiles of one 16 x 16 B and C (pairs 0 and 1 of `b` and `c` the
+/// first tile's, 2 and 3 the second's: what [`ldmatrix_x4`] gives), on every warp of the cube:
+/// `a` is this lane's 8 elements of A (4 pairs), `c` its 8 f32 accumulators, in the layouts of
+/// the table above. Natively two `mma.sync.m16n8k16` (CUDA, sm_80 and up); with `emulate`,
+/// the warp (units `32 w..32 w + 32`) writes its A and B into slot `slot` of
+/// `scratch[w * MMA_SCRATCH..]` at their own (row, column), `sync_cube`, and each lane sums its
+/// 8 entries in f32 (16 products each). Every unit of the cube must call it.
 #[cube]
-pub(crate) fn mma<F: Float>(
+pub(crate) fn mma_pair<F: Float>(
     a: &Array<Vector<F, Const<2>>>,
     b: &Array<Vector<F, Const<2>>>,
     c: &mut Array<Vector<f32, Const<2>>>,
     scratch: &mut [f32],
+    #[comptime] slot: usize,
     #[comptime] emulate: bool,
 ) {
     if comptime!(emulate) {
         let lane = UNIT_POS % 32u32;
-        let base = (UNIT_POS / 32u32) as usize * MMA_SCRATCH;
+        let base = (UNIT_POS / 32u32) as usize * MMA_SCRATCH + comptime!(slot * MMA_SCRATCH / 2);
         #[unroll]
         for i in 0..A_ELEMS {
             let at = a_row(lane, i as u32) * 16u32 + a_col(lane, i as u32);
@@ -120,80 +131,135 @@ pub(crate) fn mma<F: Float>(
             scratch[base + at as usize] = f32::cast_from(x);
         }
         #[unroll]
-        for i in 0..B_ELEMS {
-            let at = 256u32 + b_row(lane, i as u32) * 8u32 + b_col(lane, i as u32);
-            let x: F = b[i / PAIR].extract(i % PAIR);
-            scratch[base + at as usize] = f32::cast_from(x);
-        }
-        sync_cube();
-        #[unroll]
-        for v in 0..C_ELEMS / PAIR {
-            let mut pair: Vector<f32, Const<2>> = c[v];
+        for half in 0..2usize {
             #[unroll]
-            for e in 0..PAIR {
-                let i = (v * PAIR + e) as u32;
-                let row = c_row(lane, i) as usize;
-                let col = c_col(lane, i) as usize;
-                let mut sum: f32 = pair.extract(e);
-                #[unroll]
-                for k in 0..16usize {
-                    sum += scratch[base + row * 16usize + k]
-                        * scratch[base + 256usize + k * 8usize + col];
-                }
-                pair.insert(e, sum);
+            for i in 0..B_ELEMS {
+                let row = b_row(lane, i as u32) as usize;
+                let col = half * 8usize + b_col(lane, i as u32) as usize;
+                let x: F = b[half * 2usize + i / PAIR].extract(i % PAIR);
+                scratch[base + 256usize + row * 16usize + col] = f32::cast_from(x);
             }
-            c[v] = pair;
         }
         sync_cube();
+        emulated_tile(scratch, base, 0usize, c);
+        emulated_tile(scratch, base, 1usize, c);
     } else {
         let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
-        def.execute_inplace::<Const<2>, Const<2>, Const<2>>(a, b, c);
+        #[unroll]
+        for half in 0..2usize {
+            let mut bh = Array::<Vector<F, Const<2>>>::new(2usize);
+            let mut ch = Array::<Vector<f32, Const<2>>>::new(2usize);
+            bh[0] = b[2 * half];
+            bh[1] = b[2 * half + 1];
+            ch[0] = c[2 * half];
+            ch[1] = c[2 * half + 1];
+            def.execute_inplace::<Const<2>, Const<2>, Const<2>>(a, &bh, &mut ch);
+            c[2 * half] = ch[0];
+            c[2 * half + 1] = ch[1];
+        }
     }
 }
 
-/// Per warp, the shared `u32` values an emulated [`ldmatrix_x4`] or [`shuffle_xor`] takes.
-pub(crate) const LANE_SCRATCH: usize = WARP;
+/// The emulated product's sums for n8-tile `half` (columns `8 half..8 half + 8` of the B in
+/// `scratch[base..]`: A at `base`, B at `base + 256`, 16 values a row), into pairs `2 half`,
+/// `2 half + 1` of `c`.
+#[cube]
+fn emulated_tile(
+    scratch: &mut [f32],
+    base: usize,
+    #[comptime] half: usize,
+    c: &mut Array<Vector<f32, Const<2>>>,
+) {
+    let lane = UNIT_POS % 32u32;
+    #[unroll]
+    for v in 0..C_ELEMS / PAIR {
+        let mut pair: Vector<f32, Const<2>> = c[half * 2 + v];
+        #[unroll]
+        for e in 0..PAIR {
+            let i = (v * PAIR + e) as u32;
+            let row = c_row(lane, i) as usize;
+            let col = half * 8 + c_col(lane, i) as usize;
+            let mut sum: f32 = pair.extract(e);
+            #[unroll]
+            for k in 0..16usize {
+                sum += scratch[base + row * 16usize + k]
+                    * scratch[base + 256usize + k * 16usize + col];
+            }
+            pair.insert(e, sum);
+        }
+        c[half * 2 + v] = pair;
+    }
+}
 
-/// `ldmatrix.sync.aligned.m8n8.x4[.trans].b16`: four 8 x 8 matrices of 16-bit values from
-/// `stage` (shared memory), lane `l` naming where row `l % 8` of matrix `l / 8` starts
-/// (`start`, an index into `stage`; natively 16-byte aligned). Lane `l` gets, of matrix `i`,
-/// the pair (row `l / 4`, columns `2 (l % 4)`, `+ 1`), or with `transpose` the pair (rows
-/// `2 (l % 4)`, `+ 1`; column `l / 4`): with matrix `i` at rows `8 (i % 2)`, columns `8 (i / 2)`
-/// of a 16 x 16 tile, the four pairs are that tile's A fragment, or with `transpose` the B
-/// fragments of its two 16 x 8 halves (V for `P V`). Emulated, each lane publishes `start` in
-/// `lanes[w * LANE_SCRATCH..]`, `sync_cube`, reads its pairs from the named rows, `sync_cube`:
-/// the addresses (and the swizzle that makes them) are checked by the emulation too.
+/// 16-bit elements of one `ldmatrix` row and of one async copy: 16 bytes.
+pub(crate) const CHUNK: usize = 8;
+
+/// Where 16-byte chunk `chunk` of row `row` of a stage `width` values wide starts: the chunks of
+/// each row permuted by `row % span` (`span` the largest power of two, at most 8, that divides
+/// the chunks a row), so that the 8 rows one `ldmatrix` matrix reads fall in different banks
+/// (FlashAttention-2's `Swizzle<3, 3, 3>` at widths of 64 and more).
+#[cube]
+pub(crate) fn chunk_at(row: usize, chunk: usize, #[comptime] width: usize) -> usize {
+    let span = comptime!(swizzle_span(width / CHUNK));
+    row * width + (chunk ^ (row % span)) * CHUNK
+}
+
+/// The largest power of two, at most 8, that divides `chunks`.
+pub(crate) const fn swizzle_span(chunks: usize) -> usize {
+    let low = chunks & chunks.wrapping_neg();
+    if low > 8 { 8 } else { low }
+}
+
+/// `ldmatrix.sync.aligned.m8n8.x4[.trans].b16` on a 16 x 16 tile of a stage (shared memory,
+/// `width` values a row, swizzled by [`chunk_at`]) whose first row is `row` and first 8-value
+/// chunk `chunk`, past `base`: matrix `i` of the four is the tile's 8 x 8 at rows `8 (i % 2)`,
+/// chunk `i / 2` (the A fragment's order), or with `columns_first` at rows `8 (i / 2)`, chunk
+/// `i % 2` (the B fragments of two n8-tiles: keys for `Q Kᵀ`). Lane `l` names row `l % 8` of
+/// matrix `l / 8` ([`ldmatrix_row`]) and gets, of matrix `i`, the pair (row `l / 4`, columns
+/// `2 (l % 4)`, `+ 1`), or with `transpose` the pair (rows `2 (l % 4)`, `+ 1`; column `l / 4`).
+/// Emulated, each lane reads its pairs from the rows the other lanes would name, the same
+/// formula ([`ldmatrix_row`]) for another lane: no exchange, no barrier, and the addresses (and
+/// the swizzle that makes them) are still the kernel's.
 #[cube]
 pub(crate) fn ldmatrix_x4<F: Float>(
     stage: &[F],
-    start: usize,
-    lanes: &mut [u32],
+    base: usize,
+    row: usize,
+    chunk: usize,
+    #[comptime] width: usize,
+    #[comptime] columns_first: bool,
     #[comptime] transpose: bool,
     #[comptime] emulate: bool,
 ) -> Array<Vector<F, Const<2>>> {
+    let lane = (UNIT_POS % 32u32) as usize;
     if comptime!(emulate) {
-        let lane = (UNIT_POS % 32u32) as usize;
-        let base = (UNIT_POS / 32u32) as usize * LANE_SCRATCH;
-        lanes[base + lane] = start as u32;
-        sync_cube();
         let mut out = Array::<Vector<F, Const<2>>>::new(4usize);
         #[unroll]
         for i in 0..4usize {
             let mut pair = Vector::empty();
             if comptime!(transpose) {
-                let r = base + i * 8usize + 2usize * (lane % 4usize);
-                pair.insert(0usize, stage[lanes[r] as usize + lane / 4usize]);
-                pair.insert(1usize, stage[lanes[r + 1usize] as usize + lane / 4usize]);
+                let r = i * 8usize + 2usize * (lane % 4usize);
+                let lo = ldmatrix_row(r, base, row, chunk, width, columns_first);
+                let hi = ldmatrix_row(r + 1usize, base, row, chunk, width, columns_first);
+                pair.insert(0usize, stage[lo + lane / 4usize]);
+                pair.insert(1usize, stage[hi + lane / 4usize]);
             } else {
-                let row = lanes[base + i * 8usize + lane / 4usize] as usize;
-                pair.insert(0usize, stage[row + 2usize * (lane % 4usize)]);
-                pair.insert(1usize, stage[row + 2usize * (lane % 4usize) + 1usize]);
+                let at = ldmatrix_row(
+                    i * 8usize + lane / 4usize,
+                    base,
+                    row,
+                    chunk,
+                    width,
+                    columns_first,
+                );
+                pair.insert(0usize, stage[at + 2usize * (lane % 4usize)]);
+                pair.insert(1usize, stage[at + 2usize * (lane % 4usize) + 1usize]);
             }
             out[i] = pair;
         }
-        sync_cube();
         out
     } else {
+        let start = ldmatrix_row(lane, base, row, chunk, width, columns_first);
         let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
         def.load_matrix::<F, Const<2>>(
             &stage[start..start + 8usize],
@@ -204,26 +270,83 @@ pub(crate) fn ldmatrix_x4<F: Float>(
     }
 }
 
-/// `x` of lane `lane ^ mask` of this warp (`mask` below 32): natively `SHFL.BFLY`; emulated,
-/// through `lanes[w * LANE_SCRATCH..]` between two `sync_cube` (every unit must call it).
+/// Where lane `lane` of an [`ldmatrix_x4`] names its row: row `lane % 8` of matrix `lane / 8`.
 #[cube]
-pub(crate) fn shuffle_xor(
+pub(crate) fn ldmatrix_row(
+    lane: usize,
+    base: usize,
+    row: usize,
+    chunk: usize,
+    #[comptime] width: usize,
+    #[comptime] columns_first: bool,
+) -> usize {
+    let i = lane / 8usize;
+    let mut r = row + lane % 8usize;
+    let mut c = chunk;
+    if comptime!(columns_first) {
+        r += 8usize * (i / 2usize);
+        c += i % 2usize;
+    } else {
+        r += 8usize * (i % 2usize);
+        c += i / 2usize;
+    }
+    base + chunk_at(r, c, width)
+}
+
+/// Per warp, the shared `u32` values an emulated quad reduction takes: two slots of a warp.
+pub(crate) const LANE_SCRATCH: usize = 2 * WARP;
+
+/// The largest `x` of this lane's quad (lanes `4 g..4 g + 4`, which share a row of the
+/// accumulators): natively `SHFL.BFLY` 1 and 2; emulated through slot `slot` (see [`mma_pair`])
+/// of `lanes[w * LANE_SCRATCH..]`, one `sync_cube` (every unit must call it).
+#[cube]
+pub(crate) fn quad_max(
     x: f32,
-    #[comptime] mask: u32,
     lanes: &mut [u32],
+    #[comptime] slot: usize,
     #[comptime] emulate: bool,
 ) -> f32 {
     if comptime!(emulate) {
-        let lane = UNIT_POS % 32u32;
-        let base = (UNIT_POS / 32u32) as usize * LANE_SCRATCH;
-        lanes[base + lane as usize] = u32::reinterpret(x);
-        sync_cube();
-        let other = f32::reinterpret(lanes[base + (lane ^ mask) as usize]);
-        sync_cube();
-        other
+        let q = quad_values(x, lanes, slot);
+        max(max(q[0], q[1]), max(q[2], q[3]))
     } else {
-        plane_shuffle_xor(x, mask)
+        let m = max(x, plane_shuffle_xor(x, 1u32));
+        max(m, plane_shuffle_xor(m, 2u32))
     }
+}
+
+/// The sum of `x` over this lane's quad, in the butterfly's order (`(x + x^1) + (x^2 + x^3)` for
+/// lane `x`: the same on every lane, natively and emulated); as [`quad_max`].
+#[cube]
+pub(crate) fn quad_sum(
+    x: f32,
+    lanes: &mut [u32],
+    #[comptime] slot: usize,
+    #[comptime] emulate: bool,
+) -> f32 {
+    if comptime!(emulate) {
+        let q = quad_values(x, lanes, slot);
+        (q[0] + q[1]) + (q[2] + q[3])
+    } else {
+        let s = x + plane_shuffle_xor(x, 1u32);
+        s + plane_shuffle_xor(s, 2u32)
+    }
+}
+
+/// The quad's values of `x` through slot `slot` of the warp's lane scratch, this lane's first,
+/// then lanes `^ 1`, `^ 2`, `^ 3` (emulated: one `sync_cube`).
+#[cube]
+fn quad_values(x: f32, lanes: &mut [u32], #[comptime] slot: usize) -> Array<f32> {
+    let lane = UNIT_POS % 32u32;
+    let base = (UNIT_POS / 32u32) as usize * LANE_SCRATCH + comptime!(slot * WARP);
+    lanes[base + lane as usize] = u32::reinterpret(x);
+    sync_cube();
+    let mut q = Array::<f32>::new(4usize);
+    #[unroll]
+    for j in 0..4u32 {
+        q[j as usize] = f32::reinterpret(lanes[base + (lane ^ j) as usize]);
+    }
+    q
 }
 
 /// `2^x` for the online softmax (the log2(e) folded into the scale, as FlashAttention-2 does):
@@ -304,19 +427,17 @@ pub(crate) fn wait_group(#[comptime] pending: u32, #[comptime] emulate: bool) {
     sync_cube();
 }
 
-/// P's A operand for keys `16s..16s + 16` from the accumulators of S's n8-tiles `2s` (`lo`) and
-/// `2s + 1` (`hi`), in registers: `[lo[0], lo[1], hi[0], hi[1]]` rounded to `F` pairs
+/// P's A operand for keys `16s..16s + 16` from the accumulators of S's n8-tiles `2s` and
+/// `2s + 1` side by side (`s`: pairs 0 and 1 the first tile's, 2 and 3 the second's, as
+/// [`mma_pair`] holds them), in registers: the four pairs in that order rounded to `F`
 /// (FlashAttention-2's `convert_layout_acc_Aregs`; natively one `F2FP` a pair). The layouts make
 /// it exact: see [`p_operand_tile`].
 #[cube]
-pub(crate) fn p_operand<F: Float>(
-    lo: &Array<Vector<f32, Const<2>>>,
-    hi: &Array<Vector<f32, Const<2>>>,
-) -> Array<Vector<F, Const<2>>> {
+pub(crate) fn p_operand<F: Float>(s: &Array<Vector<f32, Const<2>>>) -> Array<Vector<F, Const<2>>> {
     let mut a = Array::<Vector<F, Const<2>>>::new(4usize);
-    a[0] = Vector::<F, Const<2>>::cast_from(lo[0]);
-    a[1] = Vector::<F, Const<2>>::cast_from(lo[1]);
-    a[2] = Vector::<F, Const<2>>::cast_from(hi[0]);
-    a[3] = Vector::<F, Const<2>>::cast_from(hi[1]);
+    #[unroll]
+    for i in 0..4usize {
+        a[i] = Vector::<F, Const<2>>::cast_from(s[i]);
+    }
     a
 }

@@ -36,10 +36,12 @@ pub(super) fn layout_table(out: &mut Tensor<u32>) {
     }
 }
 
-/// Each warp `w` of the cube computes `out_w = c_w + a_w b_w` for its own tiles (`a` holds the
-/// warps' 16 x 16 tiles row-major one after the other, `b` and `c` their 16 x 8 ones): each lane
-/// loads its fragments through the layout functions, calls [`mma`] (emulated, or natively: the
-/// CUDA compile check's probe of the native path), and stores its accumulators through them.
+/// Each warp `w` of the cube computes `out_w = c_w + a_w b_w` for its own tiles (`a`, `b` and
+/// `c` hold the warps' 16 x 16 tiles row-major one after the other): each lane loads its
+/// fragments through the layout functions (B and C as two n8-tiles, columns `0..8` and
+/// `8..16`), calls [`mma_pair`] twice (emulated, or natively: the CUDA compile check's probe of
+/// the native path), the second time with zero B, so both slots of the emulation are used, and
+/// stores its accumulators through them.
 #[cube(launch, create_dummy_kernel)]
 pub(super) fn mma_tiles<F: Float>(
     a: &Tensor<F>,
@@ -53,8 +55,10 @@ pub(super) fn mma_tiles<F: Float>(
     let warp = (UNIT_POS / 32u32) as usize;
     let mut scratch = Shared::<[f32]>::new_slice(comptime!(warps * MMA_SCRATCH));
     let mut ra = Array::<Vector<F, Const<2>>>::new(comptime!(A_ELEMS / PAIR));
-    let mut rb = Array::<Vector<F, Const<2>>>::new(comptime!(B_ELEMS / PAIR));
-    let mut rc = Array::<Vector<f32, Const<2>>>::new(comptime!(C_ELEMS / PAIR));
+    let mut rb = Array::<Vector<F, Const<2>>>::new(comptime!(2 * B_ELEMS / PAIR));
+    let mut zero = Array::<Vector<F, Const<2>>>::new(comptime!(2 * B_ELEMS / PAIR));
+    let mut rc = Array::<Vector<f32, Const<2>>>::new(comptime!(2 * C_ELEMS / PAIR));
+    let tile = warp * 256usize;
     #[unroll]
     for v in 0..A_ELEMS / PAIR {
         let mut pair = Vector::empty();
@@ -62,49 +66,58 @@ pub(super) fn mma_tiles<F: Float>(
         for e in 0..PAIR {
             let i = (v * PAIR + e) as u32;
             let at = (a_row(lane, i) * 16u32 + a_col(lane, i)) as usize;
-            pair.insert(e, a[warp * 256usize + at]);
+            pair.insert(e, a[tile + at]);
         }
         ra[v] = pair;
     }
     #[unroll]
-    for v in 0..B_ELEMS / PAIR {
-        let mut pair = Vector::empty();
+    for half in 0..2usize {
         #[unroll]
-        for e in 0..PAIR {
-            let i = (v * PAIR + e) as u32;
-            let at = (b_row(lane, i) * 8u32 + b_col(lane, i)) as usize;
-            pair.insert(e, b[warp * 128usize + at]);
+        for v in 0..B_ELEMS / PAIR {
+            let mut pair = Vector::empty();
+            #[unroll]
+            for e in 0..PAIR {
+                let i = (v * PAIR + e) as u32;
+                let at = (b_row(lane, i) * 16u32 + b_col(lane, i)) as usize + half * 8usize;
+                pair.insert(e, b[tile + at]);
+            }
+            rb[half * 2usize + v] = pair;
+            zero[half * 2usize + v] = Vector::new(F::new(0.0));
         }
-        rb[v] = pair;
     }
     #[unroll]
     for v in 0..C_ELEMS / PAIR {
-        let mut pair = Vector::empty();
+        let mut p0 = Vector::empty();
+        let mut p1 = Vector::empty();
         #[unroll]
         for e in 0..PAIR {
             let i = (v * PAIR + e) as u32;
-            let at = (c_row(lane, i) * 8u32 + c_col(lane, i)) as usize;
-            pair.insert(e, c[warp * 128usize + at]);
+            let at = (c_row(lane, i) * 16u32 + c_col(lane, i)) as usize;
+            p0.insert(e, c[tile + at]);
+            p1.insert(e, c[tile + at + 8usize]);
         }
-        rc[v] = pair;
+        rc[v] = p0;
+        rc[2usize + v] = p1;
     }
-    mma::<F>(&ra, &rb, &mut rc, &mut scratch, emulate);
+    mma_pair::<F>(&ra, &rb, &mut rc, &mut scratch, 0usize, emulate);
+    mma_pair::<F>(&ra, &zero, &mut rc, &mut scratch, 1usize, emulate);
     #[unroll]
     for v in 0..C_ELEMS / PAIR {
         #[unroll]
         for e in 0..PAIR {
             let i = (v * PAIR + e) as u32;
-            let at = (c_row(lane, i) * 8u32 + c_col(lane, i)) as usize;
-            out[warp * 128usize + at] = rc[v].extract(e);
+            let at = (c_row(lane, i) * 16u32 + c_col(lane, i)) as usize;
+            out[tile + at] = rc[v].extract(e);
+            out[tile + at + 8usize] = rc[2usize + v].extract(e);
         }
     }
 }
 
-/// Each warp stages the 16 x 16 tile `tile` (row-major) in shared memory and loads it with
-/// [`ldmatrix_x4`], plain and transposed, each lane naming the rows of the matrices as the
-/// kernels will (matrix `i` at rows `8 (i % 2)`, columns `8 (i / 2)`); lane `l` writes its 8 plain
-/// values, then its 8 transposed ones, at `out[(w * 32 + l) * 16..]`. Then the quad's largest
-/// of `x = lane` by [`shuffle_xor`] with masks 1 and 2, at `quad[w * 32 + l]`.
+/// Each warp stages the 16 x 16 tile `tile` (row-major) in shared memory, swizzled as the
+/// kernels stage keys ([`chunk_at`], 16 values a row), and loads it with [`ldmatrix_x4`]: plain
+/// in the A order, transposed in the A order, and plain in the columns-first order; lane `l`
+/// writes its 8 values of each at `out[(w * 32 + l) * 24..]`. Then the quad's largest and its
+/// sum of `x = lane` by [`quad_max`] and [`quad_sum`], at `quad[w * 64 + l]` and `+ 32`.
 #[cube(launch, create_dummy_kernel)]
 pub(super) fn ldmatrix_tiles<F: Float>(
     tile: &Tensor<F>,
@@ -117,29 +130,31 @@ pub(super) fn ldmatrix_tiles<F: Float>(
     let warp = (UNIT_POS / 32u32) as usize;
     let mut stage = Shared::<[F]>::new_aligned_slice(comptime!(warps * 256), 16usize);
     let mut lanes = Shared::<[u32]>::new_slice(comptime!(warps * LANE_SCRATCH));
+    // Lane `l` stages row `l / 2`, chunk `l % 2`.
+    let (row, chunk) = (lane / 2usize, lane % 2usize);
+    let to = warp * 256usize + chunk_at(row, chunk, 16usize);
     #[unroll]
     for j in 0..8usize {
-        stage[warp * 256usize + lane * 8usize + j] = tile[lane * 8usize + j];
+        stage[to + j] = tile[row * 16usize + chunk * 8usize + j];
     }
     sync_cube();
-    let i = lane / 8usize;
-    let row = 8usize * (i % 2usize) + lane % 8usize;
-    let start = warp * 256usize + row * 16usize + 8usize * (i / 2usize);
-    let plain = ldmatrix_x4::<F>(&stage, start, &mut lanes, false, emulate);
-    let trans = ldmatrix_x4::<F>(&stage, start, &mut lanes, true, emulate);
-    let at = (warp * 32usize + lane) * 16usize;
+    let base = warp * 256usize;
+    let plain = ldmatrix_x4::<F>(&stage, base, 0usize, 0usize, 16usize, false, false, emulate);
+    let trans = ldmatrix_x4::<F>(&stage, base, 0usize, 0usize, 16usize, false, true, emulate);
+    let across = ldmatrix_x4::<F>(&stage, base, 0usize, 0usize, 16usize, true, false, emulate);
+    let at = (warp * 32usize + lane) * 24usize;
     #[unroll]
     for v in 0..4usize {
         #[unroll]
         for e in 0..2usize {
             out[at + v * 2usize + e] = plain[v].extract(e);
             out[at + 8usize + v * 2usize + e] = trans[v].extract(e);
+            out[at + 16usize + v * 2usize + e] = across[v].extract(e);
         }
     }
     let x = lane as f32;
-    let m1 = f32::max(x, shuffle_xor(x, 1u32, &mut lanes, emulate));
-    let m2 = f32::max(m1, shuffle_xor(m1, 2u32, &mut lanes, emulate));
-    quad[warp * 32usize + lane] = m2;
+    quad[warp * 64usize + lane] = quad_max(x, &mut lanes, 0usize, emulate);
+    quad[warp * 64usize + 32usize + lane] = quad_sum(x, &mut lanes, 1usize, emulate);
 }
 
 /// Two stages of a double-buffered copy, as the forward will run them: each of the cube's units
@@ -181,8 +196,7 @@ pub(super) fn staged_copy<F: Float>(
 #[cube(launch)]
 pub(super) fn s_to_p<F: Float>(s: &Tensor<f32>, out: &mut Tensor<F>) {
     let lane = UNIT_POS % 32u32;
-    let mut lo = Array::<Vector<f32, Const<2>>>::new(2usize);
-    let mut hi = Array::<Vector<f32, Const<2>>>::new(2usize);
+    let mut tiles = Array::<Vector<f32, Const<2>>>::new(4usize);
     #[unroll]
     for v in 0..2usize {
         let mut l = Vector::empty();
@@ -194,10 +208,10 @@ pub(super) fn s_to_p<F: Float>(s: &Tensor<f32>, out: &mut Tensor<F>) {
             l.insert(e, s[at]);
             h.insert(e, s[at + 8usize]);
         }
-        lo[v] = l;
-        hi[v] = h;
+        tiles[v] = l;
+        tiles[2usize + v] = h;
     }
-    let a = p_operand::<F>(&lo, &hi);
+    let a = p_operand::<F>(&tiles);
     #[unroll]
     for v in 0..4usize {
         #[unroll]

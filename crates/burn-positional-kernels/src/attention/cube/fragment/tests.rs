@@ -82,10 +82,12 @@ fn fragment_layouts_are_ptxs_and_s_is_ps_a_operand() {
     assert_eq!((a.len(), b.len(), c.len()), (16 * 16, 16 * 8, 16 * 8));
 }
 
-/// The emulated `ldmatrix` x4 (plain and transposed) on a coordinate-coded tile, two warps
-/// a cube: each lane's pairs are the tile's A fragment, and transposed the B fragments of
-/// its two 16 x 8 halves, as the layout functions place them; the quad max by the emulated
-/// shuffle is each quad's last lane.
+/// The emulated `ldmatrix` x4 (plain, transposed, and plain in the columns-first order) on a
+/// coordinate-coded tile staged swizzled, two warps a cube: each lane's pairs are the tile's A
+/// fragment, transposed the B fragments of its two 16 x 8 halves, and in the columns-first
+/// order the B fragments of the two n8-tiles of the tile's transpose (keys as rows: `Q Kᵀ`),
+/// as the layout functions place them; the emulated quad max is each quad's last lane, its sum
+/// the four lanes'.
 #[test]
 fn emulated_ldmatrix_gives_the_fragments_and_shuffle_the_quad() {
     let client = client();
@@ -93,8 +95,8 @@ fn emulated_ldmatrix_gives_the_fragments_and_shuffle_the_quad() {
     // tile[r][c] = 16 r + c: every value names its cell (exact in f16).
     let tile: Vec<f16> = (0..256).map(|x| f16::from_f32(x as f32)).collect();
     let tile_h = client.create_from_slice(f16::as_bytes(&tile));
-    let out = client.create_from_slice(f16::as_bytes(&vec![f16::NAN; warps * 32 * 16]));
-    let quad = client.create_from_slice(f32::as_bytes(&vec![f32::NAN; warps * 32]));
+    let out = client.create_from_slice(f16::as_bytes(&vec![f16::NAN; warps * 32 * 24]));
+    let quad = client.create_from_slice(f32::as_bytes(&vec![f32::NAN; warps * 64]));
     // SAFETY: contiguous buffers of the lengths given.
     let arg = |handle: cubecl::server::Handle, len: usize| unsafe {
         TensorArg::from_raw_parts(handle, [1].into(), [len].into())
@@ -104,8 +106,8 @@ fn emulated_ldmatrix_gives_the_fragments_and_shuffle_the_quad() {
         CubeCount::Static(1, 1, 1),
         CubeDim::new_1d((warps * WARP) as u32),
         arg(tile_h, 256),
-        arg(out.clone(), warps * 32 * 16),
-        arg(quad.clone(), warps * 32),
+        arg(out.clone(), warps * 32 * 24),
+        arg(quad.clone(), warps * 64),
         warps,
         true,
     );
@@ -116,7 +118,7 @@ fn emulated_ldmatrix_gives_the_fragments_and_shuffle_the_quad() {
     let quads = f32::from_bytes(&client.read_one_unchecked(quad)).to_vec();
     for w in 0..warps {
         for lane in 0..WARP {
-            let at = (w * 32 + lane) * 16;
+            let at = (w * 32 + lane) * 24;
             for i in 0..A_ELEMS {
                 let (row, col) = ptx(lane, i);
                 assert_eq!(got[at + i], 16 * row + col, "warp {w}, lane {lane}, A {i}");
@@ -128,11 +130,24 @@ fn emulated_ldmatrix_gives_the_fragments_and_shuffle_the_quad() {
                     16 * k + 8 * half + n,
                     "warp {w}, lane {lane}, transposed {i}"
                 );
+                // Columns first: pair v of n8-tile v / 2 holds B's (k, n) at the tile's
+                // (row 8 (v / 2) + n, column k): B = tileᵀ.
+                assert_eq!(
+                    got[at + 16 + i],
+                    16 * (8 * half + n) + k,
+                    "warp {w}, lane {lane}, columns first {i}"
+                );
             }
             assert_eq!(
-                quads[w * 32 + lane],
+                quads[w * 64 + lane],
                 (lane | 3) as f32,
-                "warp {w}, lane {lane}"
+                "warp {w}, lane {lane}: max"
+            );
+            let first = lane & !3;
+            assert_eq!(
+                quads[w * 64 + 32 + lane],
+                (4 * first + 6) as f32,
+                "warp {w}, lane {lane}: sum"
             );
         }
     }
@@ -236,8 +251,9 @@ fn emulated_async_copy_stages_both_halves() {
     }
 }
 
-/// The emulated product on coordinate-coded tiles (small integers, exact in f16 and in f32
-/// sums): two warps in one cube, each its own tiles, against the product computed here. A
+/// The emulated products on coordinate-coded tiles (small integers, exact in f16 and in f32
+/// sums): two warps in one cube, each its own tiles, both n8-tiles of a 16 x 16 B, and a
+/// second call (all-zero B) through the other slot, against the product computed here. A
 /// misplaced element changes a sum by a distinct amount, so the failing entry names it.
 #[test]
 fn emulated_mma_is_the_tile_product() {
@@ -246,46 +262,46 @@ fn emulated_mma_is_the_tile_product() {
     let a: Vec<f32> = (0..warps * 256)
         .map(|x| ((x / 16) * 2 + x % 16) as f32 % 17.0 - 8.0)
         .collect();
-    let b: Vec<f32> = (0..warps * 128)
-        .map(|x| ((x / 8) * 3 + x % 8) as f32 % 13.0 - 6.0)
+    let b: Vec<f32> = (0..warps * 256)
+        .map(|x| ((x / 16) * 3 + x % 16) as f32 % 13.0 - 6.0)
         .collect();
-    let c: Vec<f32> = (0..warps * 128).map(|x| (x % 7) as f32 * 100.0).collect();
+    let c: Vec<f32> = (0..warps * 256).map(|x| (x % 7) as f32 * 100.0).collect();
     let halves = |v: &[f32]| -> Vec<f16> { v.iter().map(|&x| f16::from_f32(x)).collect() };
     let (ha, hb) = (halves(&a), halves(&b));
     let a_h = client.create_from_slice(f16::as_bytes(&ha));
     let b_h = client.create_from_slice(f16::as_bytes(&hb));
     let c_h = client.create_from_slice(f32::as_bytes(&c));
-    let out = client.create_from_slice(f32::as_bytes(&vec![f32::NAN; warps * 128]));
+    let out = client.create_from_slice(f32::as_bytes(&vec![f32::NAN; warps * 256]));
     let flat = |len: usize| -> (Strides, Shape) { ([1].into(), [len].into()) };
     let arg = |handle: cubecl::server::Handle, len: usize| {
         let (strides, shape) = flat(len);
         // SAFETY: a contiguous buffer of `len` values.
         unsafe { TensorArg::from_raw_parts(handle, strides, shape) }
     };
-    // One cube of `warps` warps; warp `w` reads `a[256 w..][..256]`, `b` and `c` at
-    // `[128 w..][..128]` and writes `out` there, every index from the layout functions,
-    // whose values stay inside a tile (the test above).
+    // One cube of `warps` warps; warp `w` reads `a`, `b` and `c` at `[256 w..][..256]` and
+    // writes `out` there, every index from the layout functions, whose values stay inside a
+    // tile (the test above).
     mma_tiles::launch::<f16>(
         &client,
         CubeCount::Static(1, 1, 1),
         CubeDim::new_1d((warps * WARP) as u32),
         arg(a_h, warps * 256),
-        arg(b_h, warps * 128),
-        arg(c_h, warps * 128),
-        arg(out.clone(), warps * 128),
+        arg(b_h, warps * 256),
+        arg(c_h, warps * 256),
+        arg(out.clone(), warps * 256),
         warps,
         true,
     );
     let got = f32::from_bytes(&client.read_one_unchecked(out)).to_vec();
     for w in 0..warps {
         for r in 0..16 {
-            for n in 0..8 {
-                let want = c[w * 128 + r * 8 + n]
+            for n in 0..16 {
+                let want = c[w * 256 + r * 16 + n]
                     + (0..16)
-                        .map(|k| a[w * 256 + r * 16 + k] * b[w * 128 + k * 8 + n])
+                        .map(|k| a[w * 256 + r * 16 + k] * b[w * 256 + k * 16 + n])
                         .sum::<f32>();
                 assert_eq!(
-                    got[w * 128 + r * 8 + n],
+                    got[w * 256 + r * 16 + n],
                     want,
                     "warp {w}, row {r}, column {n}"
                 );
