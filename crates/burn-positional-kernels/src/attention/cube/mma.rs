@@ -13,8 +13,8 @@
 //! 1. once: each warp's query rows straight into its A fragments (zeros past `seq_q` and
 //!    `d_head`), the key stage's padding columns cleared;
 //! 2. per block of `block` keys: the cube's units copy its keys `[block, dh]` and values
-//!    `[block, dvp]` into a stage, 16 bytes a copy ([`copy_16_bytes`]: `cp.async`), rows
-//!    swizzled by [`chunk_at`]; with two stages the next block's copies are in flight while
+//!    `[block, dvp]` into a stage, 16 bytes a copy ([`copy_16_bytes`](fragment::copy_16_bytes): `cp.async`), rows
+//!    swizzled by [`chunk_at`](fragment::chunk_at); with two stages the next block's copies are in flight while
 //!    this one is computed;
 //! 3. each warp: `S = Q Kᵀ`, one `ldmatrix` x4 of K per 16 keys and 16 dimensions feeding two
 //!    products; the score formula on every accumulator, from its row and column
@@ -37,9 +37,10 @@ use cubecl::ir::HardwareProperties;
 use cubecl::prelude::*;
 
 use super::fragment::{
-    self, CHUNK, LANE_SCRATCH, MMA_SCRATCH, WARP, chunk_at, commit_group, copy_16_bytes, exp2,
-    ldmatrix_x4, mma_pair, p_operand, quad_max, quad_sum, wait_group,
+    self, LANE_SCRATCH, MMA_SCRATCH, WARP, commit_group, exp2, ldmatrix_x4, mma_pair, p_operand,
+    quad_max, quad_sum, wait_group,
 };
+use super::mma_stage::{clear_padding, stage_block};
 use super::{
     CAUSAL, EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN, WINDOW, biased_score, head_bias,
     key_place, key_range, query_place, visible,
@@ -54,98 +55,6 @@ pub(super) const WARPS: usize = 4;
 pub(super) const M_TILE: usize = 16;
 /// The most shared memory one cube takes, in bytes: what CUDA gives a kernel without opting in.
 const MAX_SHARED_BYTES: usize = 48 * 1024;
-
-/// One chunk (8 values) of row `from` of `src` to `dst[to..to + 8]`: 16-byte async copies (two
-/// for 32-bit values, which only the emulated products take).
-#[cube]
-fn copy_chunk<F: Float>(
-    src: &[F],
-    from: usize,
-    dst: &mut [F],
-    to: usize,
-    #[comptime] emulate: bool,
-) {
-    let size = F::size();
-    let per_copy = comptime!(16 / size);
-    #[unroll]
-    for c in 0..comptime!(CHUNK / per_copy) {
-        copy_16_bytes::<F>(src, from + c * per_copy, dst, to + c * per_copy, emulate);
-    }
-}
-
-/// Rows `first..first + rows` of `src` (`d` values each, `valid` of them real) into the stage
-/// `dst[at..]`, `width` values a row, swizzled ([`chunk_at`]). A row past `valid` repeats the
-/// last real one (its key is masked: weight 0 times a real value), so the walk copies without
-/// a branch; the columns past `d` are left as [`clear_padding`] set them. Each of the cube's
-/// units takes a share of the chunks, unrolled. Widths that are not a multiple of 8 are copied
-/// value by value, zeros past `d`.
-#[cube]
-fn stage_block<F: Float>(
-    src: &Tensor<F>,
-    dst: &mut [F],
-    at: usize,
-    first: usize,
-    valid: usize,
-    #[comptime] rows: usize,
-    #[comptime] d: usize,
-    #[comptime] width: usize,
-    #[comptime] emulate: bool,
-) {
-    let units = comptime!(WARPS * WARP);
-    let chunks = comptime!(d.div_ceil(CHUNK));
-    let total = comptime!(rows * d.div_ceil(CHUNK));
-    #[unroll]
-    for s in 0..comptime!(total.div_ceil(units)) {
-        let e = UNIT_POS as usize + s * units;
-        if e < total {
-            let r = e / chunks;
-            let c = e % chunks;
-            let row = first + min(r, valid - 1);
-            let to = at + chunk_at(r, c, width);
-            if comptime!(d % CHUNK == 0) {
-                copy_chunk::<F>(src, row * d + c * CHUNK, dst, to, emulate);
-            } else {
-                #[unroll]
-                for x in 0..CHUNK {
-                    let col = c * CHUNK + x;
-                    let mut value = F::new(0.0);
-                    if col < d {
-                        value = src[row * d + col];
-                    }
-                    dst[to + x] = value;
-                }
-            }
-        }
-    }
-}
-
-/// Zeros in the columns past `d` of every row of a stage (`stages x rows` rows `width` wide):
-/// no copy writes them, and a product of a zero query column with a stale value could be NaN.
-#[cube]
-fn clear_padding<F: Float>(
-    dst: &mut [F],
-    #[comptime] rows: usize,
-    #[comptime] d: usize,
-    #[comptime] width: usize,
-) {
-    let units = comptime!(WARPS * WARP);
-    let first = comptime!(d.div_ceil(CHUNK));
-    let chunks = comptime!(width / CHUNK - d.div_ceil(CHUNK));
-    let total = comptime!(rows * (width / CHUNK - d.div_ceil(CHUNK)));
-    if comptime!(chunks > 0) {
-        #[unroll]
-        for s in 0..comptime!(total.div_ceil(units)) {
-            let e = UNIT_POS as usize + s * units;
-            if e < total {
-                let to = chunk_at(e / chunks, first + e % chunks, width);
-                #[unroll]
-                for x in 0..CHUNK {
-                    dst[to + x] = F::new(0.0);
-                }
-            }
-        }
-    }
-}
 
 /// Whether every row of the tile `r0..r0 + rows` sees every key of `j0..j0 + block` (sequential
 /// positions, no segments or padding: the caller's test): all keys exist, and the causal mask

@@ -37,6 +37,7 @@ pub(crate) mod boundaries;
 pub(crate) mod cuda_cases;
 pub(crate) mod fragment;
 mod mma;
+mod mma_stage;
 mod registers;
 mod scalars;
 mod score;
