@@ -69,7 +69,6 @@ pub fn flash_boundaries(
             let client = device.client();
             let properties = client.properties();
             let resolved = super::variant::pick(variant, &client, dtype);
-            let cmma = super::variant::cmma_ready(&properties, dtype);
             let mma = super::cube::mma_emulation(&properties, dtype);
             super::cube::boundaries::boundaries(
                 resolved,
@@ -78,7 +77,6 @@ pub fn flash_boundaries(
                 d_v,
                 dtype.size(),
                 &properties.hardware,
-                cmma,
                 mma,
                 super::variant::requested_key_splits(),
             )

@@ -1,7 +1,7 @@
 //! Which of the three CubeCL attention kernels a device runs: the register kernel tuned on
 //! lavapipe, the shared-memory kernel shaped for a discrete GPU, or the tensor-core kernel for
-//! f16 and bf16 on a GPU with cooperative matrices (`cube/registers.rs`, `cube/shared.rs`,
-//! `cube/tensor_cores.rs`).
+//! f16 and bf16 on NVIDIA GPUs with `mma.sync` (`cube/registers.rs`, `cube/shared.rs`,
+//! `cube/mma.rs`, `cube/mma_backward.rs`).
 //!
 //! The choice is made in three places, the first that says something wins: a thread's override
 //! (tests only), the process-wide override ([`set_flash_variant`], which starts as the
@@ -30,8 +30,10 @@ pub enum FlashVariant {
     /// llvmpipe, the CubeCL CPU runtime: those report no physical card), otherwise
     /// [`FlashVariant::Shared`], in every dtype. On an H200 through CUDA (`docs/gpu.md`, 2026-11-28)
     /// the shared forward took 3.8 ms where the tensor-core one took 9.4 ms (f16, causal,
-    /// `[1, 8, 8192, 32]`), the backwards 20.1 and 20.4 ms, and the tensor-core kernels gave
-    /// wrong numbers at head widths 40 and 96: `Auto` does not pick them.
+    /// `[1, 8, 8192, 32]`), the backwards 20.1 and 20.4 ms, and the tensor-core (WMMA) kernels
+    /// of then gave wrong numbers at head widths 40 and 96. Their successors on `mma.sync`
+    /// (issue 72) have not run on a GPU yet: `Auto` picks them once a GPU run measures them
+    /// ahead and right.
     #[default]
     Auto,
     /// Each unit keeps a few query rows in registers and reads keys and values straight from
@@ -50,19 +52,18 @@ pub enum FlashVariant {
     /// output and the row statistics stay in registers, keys and values are staged by async
     /// copies and read by `ldmatrix`, the bias, the masks, the window, the segments and the
     /// softcap are applied to the accumulators from their row and column, and blocks that every
-    /// row sees whole skip the mask tests. The backward is still the `cmma` (WMMA) one: each
-    /// plane of 32 units owns 16 keys or 16 rows, with the score tiles staged in shared memory,
-    /// its products 16x16x16 tiles.
+    /// row sees whole skip the mask tests. The backward is FlashAttention-2's on the same
+    /// fragments, in two kernels: dK and dV with each warp's 16 keys in registers over the
+    /// query blocks of every head of the group, and dQ on the forward's tiles, which recomputes
+    /// the scores instead of adding into dQ by atomics (deterministic gradients). A distance
+    /// table's own gradient takes the shared backward.
     ///
-    /// Where the device has no `mma.sync` at all (WGSL, lavapipe), the same forward runs with
-    /// each warp emulated by 32 units exchanging through shared memory, and the backward's
-    /// products done by the plane's units in f32: slower, and what CI checks. f32 on a device
-    /// that has `mma.sync` for the halves takes the shared kernel.
+    /// Where the device has no `mma.sync` at all (WGSL, lavapipe), the same kernels run with
+    /// each warp emulated by 32 units exchanging through shared memory: slower, and what CI
+    /// checks. f32 on a device that has `mma.sync` for the halves takes the shared kernel.
     ///
-    /// Only when asked for: `Auto` never picks it (see there; the forward on `mma.sync` has not
-    /// run on a GPU yet). The backward with cooperative matrices runs heads of 32, 64 and 128
-    /// only (padded widths, for q/k and for v), the widths checked against the slow twin on a
-    /// GPU; other widths take the shared backward.
+    /// Only when asked for: `Auto` never picks it (see there; the kernels on `mma.sync` have
+    /// been compiled for NVIDIA GPUs by NVRTC but have not run on one yet).
     TensorCores,
 }
 
@@ -258,19 +259,6 @@ pub(crate) fn pick(
 ) -> FlashVariant {
     let _ = dtype;
     resolve(variant, &client.properties().identity)
-}
-
-/// Whether the device runs cooperative matrices of 16x16x16 with `dtype` operands (f16 or
-/// bf16 only) and f32 accumulators, on planes of exactly 32 units (the kernel's planes are
-/// fixed at 32 units; NVIDIA's warps).
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub(crate) fn cmma_ready(
-    properties: &cubecl::ir::DeviceProperties,
-    dtype: burn::tensor::DType,
-) -> bool {
-    halves_ready(properties, dtype, 16, |config| {
-        properties.features.matmul.cmma.contains(config)
-    })
 }
 
 /// Whether the device runs `mma.sync.m16n8k16` with `dtype` operands (f16 or bf16 only) and

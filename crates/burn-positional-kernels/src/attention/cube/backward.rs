@@ -48,7 +48,7 @@ use super::{
     query_place, storage_types,
 };
 use crate::attention::tile::BiasKind;
-use crate::attention::variant::{FlashVariant, cmma_ready, count_backward_launch, pick};
+use crate::attention::variant::{FlashVariant, count_backward_launch, pick};
 use crate::attention::{Sizes, check_sizes};
 
 /// One launch over `(key_tiles + query tiles, n_kv_heads, batch)` cubes of `CUBE_DIM_X` units;
@@ -434,58 +434,53 @@ pub(crate) fn launch_backward(
         }
     };
 
-    let emulate = !cmma_ready(&properties, dtype);
     let cpu_adapter = properties.identity.physical.is_none();
+    // The tensor-core backward, but for a distance table's gradient (`mma_backward.rs`).
     if variant == FlashVariant::TensorCores
-        && super::tensor_cores::width_checked(&sizes, emulate)
-        && let Some(plan) =
-            super::backward_tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
-        && !super::tensor_cores::cut_short(
-            super::backward_tensor_cores::backward_iterations(&plan, &sizes, group, bias_slots),
+        && bias_width <= 1
+        && let Some(emulate) = super::mma::emulation(&properties, dtype)
+        && let Some(plan) = super::mma_backward::plan(
+            &sizes,
+            group,
+            dtype.size(),
+            &properties.hardware,
             emulate,
-            cpu_adapter,
         )
+        && !super::mma::cut_short(plan.iterations(&sizes, group), emulate, cpu_adapter)
     {
-        use super::backward_tensor_cores::{flash_tc_keys_kernel, flash_tc_queries_kernel};
-        use super::tensor_cores::{PLANE, TILE};
+        use super::mma_backward::{KEYS_PER_CUBE, flash_mma_dkv_kernel, flash_mma_dq_kernel};
         count_backward_launch(FlashVariant::TensorCores);
-        let rows = plan.tiles * TILE;
+        let rows = plan.queries.rows();
         let query_tiles = sizes.seq_q.div_ceil(rows);
         let partial = empty(
-            Shape::new([
-                sizes.batch,
-                sizes.n_heads,
-                query_tiles * rows,
-                bias_width.max(1),
-            ]),
+            Shape::new([sizes.batch, sizes.n_heads, query_tiles * rows, 1]),
             DType::F32,
         );
         let mut values = ScalarValues::new(&sizes, tile, rows, &positions, dtype, 0);
         if bias_width > 0 {
             values.flags |= BIAS_GRAD;
         }
-        let key_units = plan.key_planes * PLANE;
+        let general = super::mma::general(values.flags);
+        let units = CubeDim::new_1d(u32_of(plan.queries.units(), "the cube's units"));
         // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted (grad
         // `[batch, n_heads, seq_q, d_v]`, lse and delta `[batch, n_heads, seq_q, 1]`, as the
-        // forward and the line above wrote them). Key cubes read and write k, v, dk, dv at keys
-        // `j < seq_k` of their (sequence, kv head), columns below `d_head`, `d_v`, and read q,
-        // grad, lse, delta at rows `i < i_hi <= seq_q` of the group's heads; query cubes read
-        // and write q, grad, dq, lse, delta at rows `i < seq_q` of heads `< n_heads`, k and v at
-        // keys `j < k_hi <= seq_k`, and each row owner its own `width` entries of `partial`,
-        // whose shape counts every row of every query tile. The bias, positions, segments and
-        // padding are read as the forward reads them; shared memory as the plan fitted it.
+        // forward and the line above wrote them). The dK/dV cubes read k and v and write dk, dv
+        // at keys `j < seq_k` of their (sequence, kv head), columns below `d_head`, `d_v`, and
+        // read q, grad, lse, delta at rows `ib + min(r, valid - 1) < seq_q` of the group's
+        // heads; the dQ cubes read q, grad, lse, delta and write dq at rows `i < seq_q` of heads
+        // `kv_head * group + run * span + w / tiles < n_heads`, read k and v at keys
+        // `j0 + min(r, valid - 1) < seq_k`, and write each row of `partial`, whose shape counts
+        // every row of every query tile, once. The bias, positions, segments and padding are
+        // read as the forward reads them; shared memory as the plan fitted it.
         unsafe {
-            flash_tc_keys_kernel::launch_unchecked(
+            flash_mma_dkv_kernel::launch_unchecked(
                 &client,
                 CubeCount::Static(
-                    u32_of(
-                        sizes.seq_k.div_ceil(key_units / PLANE * TILE),
-                        "the key tiles",
-                    ),
+                    u32_of(sizes.seq_k.div_ceil(KEYS_PER_CUBE), "the key tiles"),
                     u32_of(sizes.n_kv_heads, "n_kv_heads"),
                     u32_of(sizes.batch, "batch"),
                 ),
-                CubeDim::new_1d(u32_of(key_units, "the cube's units")),
+                units,
                 contiguous(q.clone()),
                 contiguous(k.clone()),
                 contiguous(v.clone()),
@@ -502,21 +497,23 @@ pub(crate) fn launch_backward(
                 u32_of(group, "the group"),
                 sizes.d_head,
                 sizes.d_v,
-                plan.key_planes,
+                plan.block,
+                plan.stages,
+                general,
                 emulate,
                 dtypes,
             );
-            flash_tc_queries_kernel::launch_unchecked(
+            flash_mma_dq_kernel::launch_unchecked(
                 &client,
                 CubeCount::Static(
                     u32_of(query_tiles, "the query tiles"),
                     u32_of(
-                        sizes.n_kv_heads * (group / plan.span),
+                        sizes.n_kv_heads * (group / plan.queries.span),
                         "the key/value heads times their runs of heads",
                     ),
                     u32_of(sizes.batch, "batch"),
                 ),
-                CubeDim::new_1d(u32_of(plan.span * plan.tiles * PLANE, "the cube's units")),
+                units,
                 contiguous(q),
                 contiguous(k),
                 contiguous(v),
@@ -531,11 +528,13 @@ pub(crate) fn launch_backward(
                 partial.clone().into_tensor_arg(),
                 values.launch(),
                 u32_of(group, "the group"),
-                u32_of(plan.span, "the heads per cube"),
+                u32_of(plan.queries.span, "the heads per cube"),
                 sizes.d_head,
                 sizes.d_v,
-                plan.span * plan.tiles,
-                bias_slots,
+                plan.queries.block,
+                plan.queries.m_tiles,
+                plan.queries.stages,
+                general,
                 emulate,
                 dtypes,
             );

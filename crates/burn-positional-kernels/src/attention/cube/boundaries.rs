@@ -7,8 +7,7 @@ use std::collections::BTreeSet;
 use cubecl::ir::HardwareProperties;
 
 use super::backward::per_unit as backward_per_unit;
-use super::tensor_cores::TILE;
-use super::{KEY_BLOCK, backward_shared, backward_tensor_cores, registers, shared, split};
+use super::{KEY_BLOCK, backward_shared, mma_backward, registers, shared, split};
 use crate::attention::Sizes;
 use crate::attention::boundaries::{FlashBoundaries, LONG};
 use crate::attention::variant::FlashVariant;
@@ -22,10 +21,10 @@ fn around(set: &mut BTreeSet<usize>, n: usize) {
 }
 
 /// The boundaries of `variant` (resolved: not `Auto`) for heads of `d_head` and `d_v` in
-/// groups of `group`, with `elem_size`-byte floats, on a device with `hardware`; `cmma` says
-/// whether the backward's products run on cooperative matrices, `mma` how the forward runs
-/// (`mma::emulation`: native, emulated with its exchange space, or not at all). `key_splits` is a forced split count
-/// (the tests'), else the device's `multiprocessors` decide.
+/// groups of `group`, with `elem_size`-byte floats, on a device with `hardware`; `mma` how the
+/// tensor-core kernels run (`mma::emulation`: native, emulated with its exchange space, or not
+/// at all). `key_splits` is a forced split count (the tests'), else the device's
+/// `multiprocessors` decide.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn boundaries(
     variant: FlashVariant,
@@ -34,7 +33,6 @@ pub(crate) fn boundaries(
     d_v: usize,
     elem_size: usize,
     hardware: &HardwareProperties,
-    cmma: bool,
     mma: Option<bool>,
     key_splits: Option<usize>,
 ) -> FlashBoundaries {
@@ -62,10 +60,10 @@ pub(crate) fn boundaries(
         FlashVariant::TensorCores => {
             let forward = mma
                 .and_then(|emulate| super::mma::plan(&long, group, elem_size, hardware, emulate));
-            let backward = backward_tensor_cores::plan(&long, group, elem_size, hardware);
-            fits = forward.is_some()
-                && backward.is_some()
-                && super::tensor_cores::width_checked(&long, !cmma);
+            let backward = mma.and_then(|emulate| {
+                mma_backward::plan(&long, group, elem_size, hardware, emulate)
+            });
+            fits = forward.is_some() && backward.is_some();
             // The forward's one run-time loop walks blocks: llvmpipe's loop limit is millions of
             // keys away.
             if let Some(plan) = forward {
@@ -74,9 +72,16 @@ pub(crate) fn boundaries(
                 around(&mut keys, plan.block);
                 around(&mut keys, plan.stages * plan.block);
             }
+            // The dQ kernel's tiles and blocks of keys; the dK/dV kernel's cubes of keys and
+            // steps of rows.
             if let Some(plan) = backward {
-                around(&mut queries, plan.tiles * TILE);
-                around(&mut keys, plan.key_planes * TILE);
+                around(&mut queries, plan.queries.rows());
+                around(&mut queries, plan.queries.m_tiles * super::mma::M_TILE);
+                around(&mut keys, plan.queries.block);
+                around(&mut keys, plan.queries.stages * plan.queries.block);
+                around(&mut keys, mma_backward::KEYS_PER_CUBE);
+                around(&mut queries, plan.block);
+                around(&mut queries, plan.stages * plan.block);
             }
         }
         FlashVariant::Shared => {

@@ -3,9 +3,8 @@
 //! [`launch`](super::launch) and [`launch_backward`](super::launch_backward) take, through the
 //! same plans, for long sequences (a short sequence takes smaller cubes of the same code).
 //!
-//! - The tensor-core forward (`mma.sync`, f32 emulated) at every width, and the tensor-core
-//!   backward where the launches take it: widths whose `cmma` products were checked on an H200
-//!   (`CMMA_CHECKED_WIDTHS`), and f32 emulated.
+//! - The tensor-core forward and backward (`mma.sync`, f32 emulated) at every width, both score
+//!   formulas.
 //! - The shared and register kernels, forced or as the fallback.
 //! - The split keys' combine.
 //!
@@ -18,11 +17,10 @@ use burn::tensor::DType;
 use cubecl::prelude::*;
 
 use super::{
-    KEY_BLOCK, ScalarsLaunch, backward, backward_shared, backward_tensor_cores, mma, registers,
-    shared, split, tensor_cores,
+    KEY_BLOCK, ScalarsLaunch, backward, backward_shared, mma, mma_backward, registers, shared,
+    split,
 };
 use crate::attention::Sizes;
-use crate::attention::variant::cmma_ready;
 use crate::cuda_check::{Case, Target, elementwise_dim, tensor};
 
 /// Head widths `(d_head, d_v)`: the models' 32, 64 and 128, and the odd widths the tests launch
@@ -253,79 +251,93 @@ fn backward(
     let name = |what: String| {
         format!("{dtype:?} d{d_head}/{d_v} group {group} bias slots {bias_slots}: {what}")
     };
-    let emulate = !cmma_ready(properties, dtype);
-    if tensor_cores::width_checked(&sizes, emulate)
+    // The tensor-core backward takes no table's gradient (its `bias_slots` are 1).
+    if bias_slots == BIAS_SLOTS[0]
+        && let Some(emulate) = mma::emulation(properties, dtype)
         && let Some(plan) =
-            backward_tensor_cores::plan(&sizes, group, dtype.size(), &properties.hardware)
+            mma_backward::plan(&sizes, group, dtype.size(), &properties.hardware, emulate)
     {
-        let keys = backward_tensor_cores::flash_tc_keys_kernel::create_dummy_kernel(
-            properties.clone(),
-            target.target.clone(),
-            CubeCount::Static(1, 1, 1),
-            CubeDim::new_1d((plan.key_planes * tensor_cores::PLANE) as u32),
-            tensor(4),
-            tensor(4),
-            tensor(4),
-            tensor(2),
-            tensor(2),
-            tensor(2),
-            tensor(2),
-            tensor(4),
-            tensor(4),
-            tensor(4),
-            tensor(4),
-            tensor(4),
-            scalars(),
-            group as u32,
-            d_head,
-            d_v,
-            plan.key_planes,
-            emulate,
-            dtypes,
-        );
         let emulated = if emulate { " (emulated)" } else { "" };
-        // The key kernel has no bias slots: built once, with the first.
-        if bias_slots == BIAS_SLOTS[0] {
+        let units = CubeDim::new_1d(plan.queries.units() as u32);
+        for general in [false, true] {
+            let scores = if general { "general" } else { "plain" };
+            let keys = mma_backward::flash_mma_dkv_kernel::create_dummy_kernel(
+                properties.clone(),
+                target.target.clone(),
+                CubeCount::Static(1, 1, 1),
+                units,
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(2),
+                tensor(2),
+                tensor(2),
+                tensor(2),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                scalars(),
+                group as u32,
+                d_head,
+                d_v,
+                plan.block,
+                plan.stages,
+                general,
+                emulate,
+                dtypes,
+            );
             cases.push(Case::new(
                 "attention backward: tensor cores, keys",
-                name(format!("planes {}{emulated}", plan.key_planes)),
+                name(format!(
+                    "block {} stages {}, {scores} scores{emulated}",
+                    plan.block, plan.stages
+                )),
                 !emulate,
                 keys,
             ));
+            let queries = mma_backward::flash_mma_dq_kernel::create_dummy_kernel(
+                properties.clone(),
+                target.target.clone(),
+                CubeCount::Static(1, 1, 1),
+                units,
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(2),
+                tensor(2),
+                tensor(2),
+                tensor(2),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                scalars(),
+                group as u32,
+                plan.queries.span as u32,
+                d_head,
+                d_v,
+                plan.queries.block,
+                plan.queries.m_tiles,
+                plan.queries.stages,
+                general,
+                emulate,
+                dtypes,
+            );
+            cases.push(Case::new(
+                "attention backward: tensor cores, queries",
+                name(format!(
+                    "block {} stages {} rows {}, {scores} scores{emulated}",
+                    plan.queries.block,
+                    plan.queries.stages,
+                    plan.queries.m_tiles * mma::M_TILE
+                )),
+                !emulate,
+                queries,
+            ));
         }
-        let queries = backward_tensor_cores::flash_tc_queries_kernel::create_dummy_kernel(
-            properties.clone(),
-            target.target.clone(),
-            CubeCount::Static(1, 1, 1),
-            CubeDim::new_1d((plan.span * plan.tiles * tensor_cores::PLANE) as u32),
-            tensor(4),
-            tensor(4),
-            tensor(4),
-            tensor(2),
-            tensor(2),
-            tensor(2),
-            tensor(2),
-            tensor(4),
-            tensor(4),
-            tensor(4),
-            tensor(4),
-            tensor(4),
-            scalars(),
-            group as u32,
-            plan.span as u32,
-            d_head,
-            d_v,
-            plan.span * plan.tiles,
-            bias_slots,
-            emulate,
-            dtypes,
-        );
-        cases.push(Case::new(
-            "attention backward: tensor cores, queries",
-            name(format!("planes {}{emulated}", plan.span * plan.tiles)),
-            !emulate,
-            queries,
-        ));
     }
     // As the forward's: one specialization of the shared and register kernels for every group.
     if group != GROUPS[0] {
@@ -415,12 +427,11 @@ fn scalars() -> ScalarsLaunch {
 mod tests {
     use burn::tensor::DType;
 
-    use super::cmma_ready;
     use crate::attention::variant::mma_ready;
     use crate::cuda_check::{A100, H100, Target};
 
-    /// The properties stand for what `cubecl-cuda` reads off the GPUs: `cmma` and `mma.sync`
-    /// for the halves (so the tensor-core kernels take the tensor cores, as on the H200 of issue
+    /// The properties stand for what `cubecl-cuda` reads off the GPUs: `mma.sync` for the
+    /// halves (so the tensor-core kernels take the tensor cores, as on the H200 of issue
     /// 61), not f32.
     #[test]
     fn the_gpus_have_tensor_cores_for_halves_only() {
@@ -428,7 +439,6 @@ mod tests {
             let target = Target::for_tests(gpu);
             for (dtype, native) in [(DType::F16, true), (DType::BF16, true), (DType::F32, false)] {
                 let p = &target.properties;
-                assert_eq!(cmma_ready(p, dtype), native, "{} {dtype:?} cmma", gpu.name);
                 assert_eq!(mma_ready(p, dtype), native, "{} {dtype:?} mma", gpu.name);
             }
         }

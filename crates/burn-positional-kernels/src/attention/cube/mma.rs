@@ -13,8 +13,8 @@
 //! 1. once: each warp's query rows straight into its A fragments (zeros past `seq_q` and
 //!    `d_head`), the key stage's padding columns cleared;
 //! 2. per block of `block` keys: the cube's units copy its keys `[block, dh]` and values
-//!    `[block, dvp]` into a stage, 16 bytes a copy ([`copy_16_bytes`](fragment::copy_16_bytes): `cp.async`), rows
-//!    swizzled by [`chunk_at`](fragment::chunk_at); with two stages the next block's copies are in flight while
+//!    `[block, dvp]` into a stage, 16 bytes a copy ([`copy_16_bytes`](super::fragment::copy_16_bytes): `cp.async`), rows
+//!    swizzled by [`chunk_at`](super::fragment::chunk_at); with two stages the next block's copies are in flight while
 //!    this one is computed;
 //! 3. each warp: `S = Q Kᵀ`, one `ldmatrix` x4 of K per 16 keys and 16 dimensions feeding two
 //!    products; the score formula on every accumulator, from its row and column
@@ -37,13 +37,13 @@ use cubecl::ir::HardwareProperties;
 use cubecl::prelude::*;
 
 use super::fragment::{
-    self, LANE_SCRATCH, MMA_SCRATCH, WARP, commit_group, exp2, ldmatrix_x4, mma_pair, p_operand,
-    quad_max, quad_sum, wait_group,
+    LANE_SCRATCH, MMA_SCRATCH, WARP, commit_group, exp2, p_operand, quad_max, quad_sum, wait_group,
 };
-use super::mma_stage::{clear_padding, stage_block};
+use super::mma_stage::{clear_padding, stage_pair};
+use super::mma_warp::{a_fragment, full_block, warp_product, zeros_list};
 use super::{
-    CAUSAL, EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN, WINDOW, biased_score, head_bias,
-    key_place, key_range, query_place, visible,
+    EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN, biased_score, head_bias, key_place,
+    key_range, query_place, visible,
 };
 use crate::attention::Sizes;
 use crate::attention::variant::mma_ready;
@@ -55,45 +55,6 @@ pub(super) const WARPS: usize = 4;
 pub(super) const M_TILE: usize = 16;
 /// The most shared memory one cube takes, in bytes: what CUDA gives a kernel without opting in.
 const MAX_SHARED_BYTES: usize = 48 * 1024;
-
-/// Whether every row of the tile `r0..r0 + rows` sees every key of `j0..j0 + block` (sequential
-/// positions, no segments or padding: the caller's test): all keys exist, and the causal mask
-/// and the window leave them all.
-#[cube]
-fn full_block(p: &Scalars, r0: usize, j0: usize, #[comptime] block: usize) -> bool {
-    let seq_q = p.seq_q as usize;
-    let last_row = min(r0 + p.rows as usize, seq_q) - 1;
-    let first = p.query_offset + r0 as i32;
-    let last = p.query_offset + last_row as i32;
-    let k_first = p.key_offset + j0 as i32;
-    let k_last = k_first + block as i32 - 1;
-    let mut full = j0 + block <= p.seq_k as usize;
-    let causal = (p.flags & CAUSAL) != 0;
-    if causal {
-        full = full && k_last <= first;
-    }
-    if (p.flags & WINDOW) != 0 {
-        full = full && k_first >= last - p.before;
-        if !causal {
-            full = full && k_last <= first + p.after;
-        }
-    }
-    full
-}
-
-/// The accumulators of two n8-tiles side by side (16 x 16: pairs 0 and 1 the first tile's,
-/// 2 and 3 the second's, as [`mma_pair`] takes them), zeros. The kernel keeps S and O as lists
-/// of these: n8-tile `n` of m-tile `mt`, pair `h`, is entry `mt x tiles / 2 + n / 2`, pair
-/// `2 (n % 2) + h`.
-#[cube]
-fn zeros() -> Array<Vector<f32, Const<2>>> {
-    let mut c = Array::<Vector<f32, Const<2>>>::new(4usize);
-    #[unroll]
-    for i in 0..4usize {
-        c[i] = Vector::new(0.0);
-    }
-    c
-}
 
 /// One cube per (query tile, key/value head and run of `span` of its heads, sequence) =
 /// `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)`, [`WARPS`] warps of 32 units; see the module. `C` is
@@ -168,24 +129,7 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     for mt in 0..m_tiles {
         #[unroll]
         for kk in 0..k_slices {
-            let mut a = Array::<Vector<F, Const<2>>>::new(4usize);
-            #[unroll]
-            for v2 in 0..4usize {
-                let mut pair = Vector::<F, Const<2>>::empty();
-                #[unroll]
-                for e in 0..2usize {
-                    let i = (v2 * 2 + e) as u32;
-                    let row = i0 + mt * M_TILE + fragment::a_row(lane as u32, i) as usize;
-                    let col = kk * 16 + fragment::a_col(lane as u32, i) as usize;
-                    let mut x = F::new(0.0);
-                    if row < seq_q && col < d_head {
-                        x = q[(q_base + row) * d_head + col];
-                    }
-                    pair.insert(e, x);
-                }
-                a[v2] = pair;
-            }
-            qa.push(a);
+            qa.push(a_fragment::<F>(q, q_base, i0 + mt * M_TILE, seq_q, kk * 16, d_head));
         }
     }
     // The lane's rows: slot `2 mt + h` is row `g + 8 h` of m-tile `mt` (the accumulators' pair
@@ -203,11 +147,7 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
         m[r] = f32::new(HIDDEN);
         l[r] = 0.0;
     }
-    let mut acc_o = Sequence::<Array<Vector<f32, Const<2>>>>::new();
-    #[unroll]
-    for _ in 0..comptime!(m_tiles * o_tiles / 2) {
-        acc_o.push(zeros());
-    }
+    let mut acc_o = zeros_list(comptime!(m_tiles * o_tiles / 2));
     let (slope, table_base) = head_bias::<F, f32>(bias, &p, head);
     let scale = p.scale;
     let log2e = core::f32::consts::LOG2_E;
@@ -223,27 +163,8 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     let mut stage = 0usize;
     if j0 < k_hi {
         let valid = min(block, seq_k - j0);
-        stage_block::<F>(
-            k,
-            &mut k_s,
-            0,
-            kv_base + j0,
-            valid,
-            block,
-            d_head,
-            dh,
-            emulate,
-        );
-        stage_block::<F>(
-            v,
-            &mut v_s,
-            0,
-            kv_base + j0,
-            valid,
-            block,
-            d_v,
-            dvp,
-            emulate,
+        stage_pair::<F>(
+            k, &mut k_s, v, &mut v_s, 0, kv_base + j0, valid, block, d_head, d_v, emulate,
         );
     }
     commit_group(emulate);
@@ -252,28 +173,17 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
         if comptime!(stages == 2) {
             if next < k_hi {
                 let valid = min(block, seq_k - next);
-                let other = 1 - stage;
-                let (ka, va) = (other * block * dh, other * block * dvp);
-                stage_block::<F>(
+                stage_pair::<F>(
                     k,
                     &mut k_s,
-                    ka,
+                    v,
+                    &mut v_s,
+                    1 - stage,
                     kv_base + next,
                     valid,
                     block,
                     d_head,
-                    dh,
-                    emulate,
-                );
-                stage_block::<F>(
-                    v,
-                    &mut v_s,
-                    va,
-                    kv_base + next,
-                    valid,
-                    block,
                     d_v,
-                    dvp,
                     emulate,
                 );
             }
@@ -287,35 +197,25 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
 
         // 3. S = Q Kᵀ: per 16 keys and 16 dimensions, one ldmatrix of K (matrix i: keys
         // 8 (i / 2), dimensions 8 (i % 2)) gives the B fragments of two n8-tiles.
-        let mut acc_s = Sequence::<Array<Vector<f32, Const<2>>>>::new();
-        #[unroll]
-        for _ in 0..comptime!(m_tiles * n_tiles / 2) {
-            acc_s.push(zeros());
-        }
-        #[unroll]
-        for kk in 0..k_slices {
-            #[unroll]
-            for np in 0..comptime!(n_tiles / 2) {
-                let kf = ldmatrix_x4::<F>(&k_s, kb, np * 16, kk * 2, dh, true, false, emulate);
-                #[unroll]
-                for mt in 0..m_tiles {
-                    // The emulation's slots alternate call by call (`fragment::MMA_SCRATCH`).
-                    let call = (kk * (n_tiles / 2) + np) * m_tiles + mt;
-                    mma_pair::<F>(
-                        qa.index(mt * k_slices + kk),
-                        &kf,
-                        acc_s.index_mut(mt * (n_tiles / 2) + np),
-                        &mut scratch,
-                        call % 2,
-                        emulate,
-                    );
-                }
-            }
-        }
+        let mut acc_s = zeros_list(comptime!(m_tiles * n_tiles / 2));
+        warp_product::<F>(
+            &qa,
+            &k_s,
+            kb,
+            &mut acc_s,
+            &mut scratch,
+            m_tiles,
+            k_slices,
+            comptime!(n_tiles / 2),
+            dh,
+            true,
+            0usize,
+            emulate,
+        );
 
         // The score formula on each accumulator: pair `h` of n8-tile `n` holds row `g + 8 h`,
         // keys `j0 + 8 n + 2 quad + {0, 1}`.
-        let full = classify && full_block(&p, r0, j0, block);
+        let full = classify && full_block(&p, r0, min(r0 + p.rows as usize, seq_q) - 1, j0, block);
         #[unroll]
         for n in 0..n_tiles {
             #[unroll]
@@ -403,56 +303,45 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
 
         // 5. O += P V: per 16 keys and 16 columns, one ldmatrix.trans of V (matrix i: keys
         // 8 (i % 2), columns 8 (i / 2)) gives the B fragments of two n8-tiles of the output.
+        let mut pa = Sequence::<Array<Vector<F, Const<2>>>>::new();
         #[unroll]
-        for s in 0..comptime!(n_tiles / 2) {
-            let mut pa = Sequence::<Array<Vector<F, Const<2>>>>::new();
+        for mt in 0..m_tiles {
             #[unroll]
-            for mt in 0..m_tiles {
+            for s in 0..comptime!(n_tiles / 2) {
                 pa.push(p_operand::<F>(acc_s.index(mt * (n_tiles / 2) + s)));
             }
-            #[unroll]
-            for cp in 0..comptime!(o_tiles / 2) {
-                let vf = ldmatrix_x4::<F>(&v_s, vb, s * 16, cp * 2, dvp, false, true, emulate);
-                #[unroll]
-                for mt in 0..m_tiles {
-                    // The slots go on alternating from the products of S.
-                    let call = s_calls + (s * (o_tiles / 2) + cp) * m_tiles + mt;
-                    mma_pair::<F>(
-                        pa.index(mt),
-                        &vf,
-                        acc_o.index_mut(mt * (o_tiles / 2) + cp),
-                        &mut scratch,
-                        call % 2,
-                        emulate,
-                    );
-                }
-            }
         }
+        // The slots go on alternating from the products of S.
+        warp_product::<F>(
+            &pa,
+            &v_s,
+            vb,
+            &mut acc_o,
+            &mut scratch,
+            m_tiles,
+            comptime!(n_tiles / 2),
+            comptime!(o_tiles / 2),
+            dvp,
+            false,
+            s_calls,
+            emulate,
+        );
         // Every warp done with the stage before a copy overwrites it.
         sync_cube();
         if comptime!(stages == 1) {
             if next < k_hi {
                 let valid = min(block, seq_k - next);
-                stage_block::<F>(
+                stage_pair::<F>(
                     k,
                     &mut k_s,
-                    0,
-                    kv_base + next,
-                    valid,
-                    block,
-                    d_head,
-                    dh,
-                    emulate,
-                );
-                stage_block::<F>(
                     v,
                     &mut v_s,
                     0,
                     kv_base + next,
                     valid,
                     block,
+                    d_head,
                     d_v,
-                    dvp,
                     emulate,
                 );
             }
@@ -497,6 +386,20 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
             }
         }
     }
+}
+
+/// llvmpipe (lavapipe's compiler) ends every loop of a shader invocation once the iterations of
+/// all its loops add up to this (Mesa's `LP_MAX_TGSI_LOOP_ITERATIONS`, "shared between every
+/// loop"), silently: the kernel goes on with wrong sums and skips the rest of its loops (issue
+/// 61: the first tensor-core kernels gave wrong numbers from 1,640 keys on lavapipe). The
+/// tensor-core kernels count their iterations on a CPU adapter ([`forward_iterations`],
+/// `MmaBackwardPlan::iterations`) and leave a launch that would pass it to the shared kernel.
+pub(super) const LOOP_LIMIT: usize = 65_535;
+
+/// Whether a launch of `iterations` loop iterations an invocation would be cut short on this
+/// device: a CPU adapter (lavapipe's llvmpipe) running the emulated warps.
+pub(super) fn cut_short(iterations: usize, emulate: bool, cpu_adapter: bool) -> bool {
+    emulate && cpu_adapter && iterations >= LOOP_LIMIT
 }
 
 /// How the forward runs on a device for `dtype`: `Some(false)` on its own `mma.sync` (f16 and

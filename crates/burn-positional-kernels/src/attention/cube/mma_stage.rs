@@ -1,5 +1,6 @@
-//! How the tensor-core forward (`mma.rs`) stages keys and values: each block's rows copied 16
-//! bytes at a time (`cp.async` natively) into a swizzled stage, and the padding columns cleared.
+//! How the tensor-core kernels (`mma.rs`, `mma_backward.rs`) stage their blocks (keys and
+//! values, or query rows and their output gradients): each block's rows copied 16 bytes at a
+//! time (`cp.async` natively) into a swizzled stage, and the padding columns cleared.
 
 use cubecl::prelude::*;
 
@@ -31,7 +32,7 @@ fn copy_chunk<F: Float>(
 /// units takes a share of the chunks, unrolled. Widths that are not a multiple of 8 are copied
 /// value by value, zeros past `d`.
 #[cube]
-pub(super) fn stage_block<F: Float>(
+fn stage_block<F: Float>(
     src: &Tensor<F>,
     dst: &mut [F],
     at: usize,
@@ -68,6 +69,29 @@ pub(super) fn stage_block<F: Float>(
             }
         }
     }
+}
+
+/// Rows `first..first + rows` (`valid` of them real) of two tensors side by side (keys and
+/// values; query rows and their output gradients) into stage `stage` of theirs: `a`, `d_a`
+/// values a row, into `a_s`, `b` into `b_s`, each padded to a multiple of 16 ([`stage_block`]).
+#[cube]
+pub(super) fn stage_pair<F: Float>(
+    a: &Tensor<F>,
+    a_s: &mut [F],
+    b: &Tensor<F>,
+    b_s: &mut [F],
+    stage: usize,
+    first: usize,
+    valid: usize,
+    #[comptime] rows: usize,
+    #[comptime] d_a: usize,
+    #[comptime] d_b: usize,
+    #[comptime] emulate: bool,
+) {
+    let wa = comptime!(d_a.next_multiple_of(16));
+    let wb = comptime!(d_b.next_multiple_of(16));
+    stage_block::<F>(a, a_s, stage * rows * wa, first, valid, rows, d_a, wa, emulate);
+    stage_block::<F>(b, b_s, stage * rows * wb, first, valid, rows, d_b, wb, emulate);
 }
 
 /// Zeros in the columns past `d` of every row of a stage (`stages x rows` rows `width` wide):

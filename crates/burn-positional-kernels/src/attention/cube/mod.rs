@@ -5,10 +5,10 @@
 //!   unit keeps a few query rows in registers and reads keys and values from device memory;
 //! - `shared.rs`, shaped for a discrete GPU: key and value blocks staged in shared memory by
 //!   all the units of a cube, one or two query rows per unit, cubes of whole planes;
-//! - `mma.rs` (the forward) and `backward_tensor_cores.rs` (the backward, on the tiles of
-//!   `tensor_cores.rs`), for f16 and bf16 on NVIDIA's tensor cores: the forward on
-//!   `mma.sync` with its fragments in registers (`fragment/`), the backward on 16x16x16 `cmma`
-//!   tiles with the scores staged in shared memory; both emulated where the device lacks them.
+//! - `mma.rs` (the forward) and `mma_backward.rs` (the backward), for f16 and bf16 on NVIDIA's
+//!   tensor cores: FlashAttention-2 on `mma.sync` with its fragments in registers
+//!   (`fragment/`; what both do per warp `mma_warp.rs`, their staging `mma_stage.rs`),
+//!   emulated over virtual warps where the device lacks them.
 //!
 //! [`FlashVariant`](super::FlashVariant) picks one (`variant.rs`: by the adapter, or forced).
 //! This file holds what both share: the launch's run-time values ([`Scalars`]), the per-score
@@ -30,7 +30,6 @@
 
 mod backward;
 mod backward_shared;
-mod backward_tensor_cores;
 mod backward_units;
 pub(crate) mod boundaries;
 #[cfg(feature = "cuda-check")]
@@ -38,11 +37,12 @@ pub(crate) mod cuda_cases;
 pub(crate) mod fragment;
 mod mma;
 mod mma_stage;
+mod mma_warp;
+mod mma_backward;
 mod registers;
 mod scalars;
 mod score;
 mod split;
-mod tensor_cores;
 
 pub(crate) use backward::launch_backward;
 pub(crate) use mma::emulation as mma_emulation;
@@ -471,7 +471,7 @@ pub(crate) fn launch(
     if variant == FlashVariant::TensorCores
         && let Some(emulate) = mma::emulation(&properties, dtype)
         && let Some(plan) = mma::plan(&sizes, group, dtype.size(), &properties.hardware, emulate)
-        && !tensor_cores::cut_short(mma::forward_iterations(&plan, &sizes), emulate, cpu_adapter)
+        && !mma::cut_short(mma::forward_iterations(&plan, &sizes), emulate, cpu_adapter)
     {
         count_launch(FlashVariant::TensorCores);
         let values = ScalarValues::new(&sizes, args, plan.rows(), &positions, dtype, 0);

@@ -1,0 +1,886 @@
+//! The tensor-core backward ([`FlashVariant::TensorCores`](super::FlashVariant)):
+//! FlashAttention-2's backward on `mma.sync.m16n8k16`, every score, probability and gradient
+//! tile in registers as in the forward (`mma.rs`), in two kernels of [`WARPS`] warps:
+//!
+//! - **dK and dV** ([`flash_mma_dkv_kernel`]): warp `w` owns 16 keys of one key/value head,
+//!   their K and V as A fragments and their `dK`, `dV` accumulators (f32), all in registers.
+//!   The cube walks, for every head of the group, the blocks of query rows that can see its
+//!   64 keys (`query_range`): the block's Q and dO staged as the forward stages keys (swizzled,
+//!   `cp.async`, double-buffered), with its log-sum-exp and `D = rowsum(dO ∘ O)`. Per block:
+//!   `Sᵀ = K Qᵀ` and `dPᵀ = V dOᵀ`, the score formula on each accumulator from its row (key)
+//!   and column (query), `Pᵀ = exp2(x log2 e - lse log2 e)`, `dSᵀ = Pᵀ (dPᵀ - D)` times the
+//!   softcap's slope; then `dV += Pᵀ dO` and `dK += dSᵀ Q` with `Pᵀ` and `dSᵀ` as A operands
+//!   straight from their accumulators ([`p_operand`]). A group's heads sum in registers.
+//! - **dQ** ([`flash_mma_dq_kernel`]): the forward's tiles (warp `w` owns `m_tiles x 16` rows of
+//!   one head, Q and dO as A fragments, `dQ` in f32); per staged block of keys and values,
+//!   `S = Q Kᵀ`, `dP = dO Vᵀ`, `dS` as above, ALiBi's slope gradient `-Σ dS |rel|` per row
+//!   (reduced across the quad at the end and written per row, summed on the host), and
+//!   `dQ += dS K`.
+//!
+//! FlashAttention-2 accumulates dQ by atomics from the key blocks' loop (5 products a block);
+//! these two kernels recompute S and dP in the dQ kernel instead (7 products), which keeps the
+//! backward deterministic (the same gradients run to run, what training reproducibility and the
+//! tests' comparisons want) with no f32 atomics in the inner loop and no zeroed dQ buffer.
+//! Both kernels are register-resident, so the extra products cost tensor-core time, not memory
+//! traffic. The T5 table's gradient (one sum per clamped distance) takes the shared backward:
+//! per-row tables of `2 reach + 1` sums do not fit a lane's registers.
+//!
+//! `dK` and `dQ` are written times the score scale. With `emulate`, every warp operation is the
+//! fragment layer's emulation (CI, lavapipe), at blocks of 16 (fewer exchanges, each a barrier,
+//! for llvmpipe's coroutine split: `fragment::MMA_SCRATCH`).
+
+// Kernel code is CubeCL's Rust subset: one argument per launch value.
+#![allow(clippy::too_many_arguments)]
+// Only the autodiff node calls the backward.
+#![cfg_attr(not(feature = "autodiff"), allow(dead_code))]
+
+use cubecl::ir::HardwareProperties;
+use cubecl::prelude::*;
+
+use super::fragment::{
+    self, LANE_SCRATCH, MMA_SCRATCH, WARP, commit_group, exp2, p_operand, quad_sum, wait_group,
+};
+use super::mma::{M_TILE, MmaPlan, WARPS};
+use super::mma_stage::{clear_padding, stage_pair};
+use super::mma_warp::{a_fragment, full_block, warp_product, zeros_list};
+use super::{
+    ALIBI, BIAS_GRAD, CAPPED, EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN,
+    backward_units::query_range, biased_score, head_bias, key_place, key_range, query_place,
+    visible,
+};
+use crate::attention::Sizes;
+
+/// Keys a dK/dV cube holds: 16 a warp.
+pub(super) const KEYS_PER_CUBE: usize = WARPS * M_TILE;
+/// The most shared memory one cube takes, in bytes (as the forward).
+const MAX_SHARED_BYTES: usize = 48 * 1024;
+
+/// The softcap's slope `1 - tanh(raw / c)^2` at `raw = scale q . k` (1 without a softcap), its
+/// `tanh` the fragment layer's (one `MUFU.TANH` natively, as the forward's score).
+#[cube]
+fn cap_slope(raw: f32, p: &Scalars, #[comptime] emulate: bool) -> f32 {
+    let mut slope = 1.0f32;
+    if (p.flags & CAPPED) != 0 {
+        let t = fragment::tanh(raw * (1.0f32 / p.softcap), emulate);
+        slope = 1.0f32 - t * t;
+    }
+    slope
+}
+
+/// The final score of one accumulator of `S` (`raw` unscaled), as the forward computes it: the
+/// scale, with `general` the softcap and the bias, [`HIDDEN`] where `!full` and a mask hides
+/// the pair; and the gradient's factor of the softcap.
+#[cube]
+fn score<F: Float>(
+    s: f32,
+    rel: i32,
+    seen: bool,
+    q_seg: i32,
+    k_seg: i32,
+    slope: f32,
+    table_base: usize,
+    bias: &Tensor<F>,
+    p: &Scalars,
+    full: bool,
+    #[comptime] general: bool,
+    #[comptime] emulate: bool,
+) -> (f32, f32) {
+    let raw = s * p.scale;
+    let mut y = raw;
+    let mut factor = 1.0f32;
+    if comptime!(general) {
+        y = biased_score::<F, f32>(raw, rel, bias, slope, table_base, p, !emulate);
+        factor = cap_slope(raw, p, emulate);
+    }
+    if !full && !visible(rel, seen, q_seg, k_seg, p) {
+        y = f32::new(HIDDEN);
+    }
+    (y, factor)
+}
+
+/// dK/dV cubes: `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)` = (run of [`KEYS_PER_CUBE`] keys,
+/// key/value head, sequence); see the module. `delta` is `rowsum(dO ∘ O)`,
+/// `[batch, n_heads, seq_q]` in `C` (f32); `block` query rows a step, `stages` of them staged.
+#[cube(launch_unchecked, create_dummy_kernel)]
+pub(super) fn flash_mma_dkv_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    bias: &Tensor<F>,
+    padding: &Tensor<P>,
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    delta: &Tensor<C>,
+    lse: &Tensor<F>,
+    grad: &Tensor<F>,
+    dk: &mut Tensor<F>,
+    dv: &mut Tensor<F>,
+    p: Scalars,
+    group: u32,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] block: usize,
+    #[comptime] stages: usize,
+    #[comptime] general: bool,
+    #[comptime] emulate: bool,
+    #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
+) {
+    let dh = comptime!(d_head.next_multiple_of(16));
+    let dvp = comptime!(d_v.next_multiple_of(16));
+    let k_slices = comptime!(d_head.next_multiple_of(16) / 16);
+    let v_slices = comptime!(d_v.next_multiple_of(16) / 16);
+    let n_pairs = comptime!(block / 16);
+    let lane = (UNIT_POS % 32u32) as usize;
+    let w = (UNIT_POS / 32u32) as usize;
+    let g = lane / 4;
+    let quad = lane % 4;
+    let group = group as usize;
+    let seq_q = p.seq_q as usize;
+    let seq_k = p.seq_k as usize;
+    let n_heads = p.n_heads as usize;
+    let kv_head = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let c0 = CUBE_POS_X as usize * KEYS_PER_CUBE;
+    let j0 = c0 + w * M_TILE;
+    let kv_base = (b * (n_heads / group) + kv_head) * seq_k;
+
+    let mut q_s = Shared::<[F]>::new_aligned_slice(comptime!(stages * block * dh), 16usize);
+    let mut o_s = Shared::<[F]>::new_aligned_slice(comptime!(stages * block * dvp), 16usize);
+    let mut lse_s = Shared::<[f32]>::new_slice(comptime!(stages * block));
+    let mut delta_s = Shared::<[f32]>::new_slice(comptime!(stages * block));
+    let mut scratch =
+        Shared::<[f32]>::new_slice(comptime!(if emulate { WARPS * MMA_SCRATCH } else { 1 }));
+
+    // The warp's keys and values as A fragments, where each of the lane's two keys sits.
+    let mut ka = Sequence::<Array<Vector<F, Const<2>>>>::new();
+    #[unroll]
+    for kk in 0..k_slices {
+        ka.push(a_fragment::<F>(k, kv_base, j0, seq_k, kk * 16, d_head));
+    }
+    let mut va = Sequence::<Array<Vector<F, Const<2>>>>::new();
+    #[unroll]
+    for kk in 0..v_slices {
+        va.push(a_fragment::<F>(v, kv_base, j0, seq_k, kk * 16, d_v));
+    }
+    let mut k_pos = Array::<i32>::new(2usize);
+    let mut k_seen = Array::<u32>::new(2usize);
+    let mut k_seg = Array::<i32>::new(2usize);
+    #[unroll]
+    for h in 0..2usize {
+        let j = j0 + g + 8 * h;
+        k_pos[h] = p.key_offset + j as i32;
+        let mut seen = j < seq_k;
+        k_seg[h] = 0i32;
+        if comptime!(general) {
+            let (position, key_seen, segment) =
+                key_place(positions, segments, padding, &p, b, j, j < seq_k);
+            k_pos[h] = position;
+            seen = key_seen;
+            k_seg[h] = segment;
+        }
+        let mut bit = 0u32;
+        if seen {
+            bit = 1u32;
+        }
+        k_seen[h] = bit;
+    }
+    let mut acc_dk = zeros_list(k_slices);
+    let mut acc_dv = zeros_list(v_slices);
+    let log2e = core::f32::consts::LOG2_E;
+    let classify = (p.flags & (EXPLICIT | SEGMENTED | PADDED)) == 0;
+
+    clear_padding::<F>(&mut q_s, comptime!(stages * block), d_head, dh);
+    clear_padding::<F>(&mut o_s, comptime!(stages * block), d_v, dvp);
+
+    // One step per (head of the group, block of rows that can see some of the cube's keys).
+    let (i_lo, i_hi) = query_range(&p, c0, min(c0 + KEYS_PER_CUBE, seq_k));
+    let blocks = (i_hi - i_lo + block - 1) / block;
+    let total = group * blocks;
+    let mut t = 0usize;
+    let mut stage = 0usize;
+    if total > 0 {
+        let rows = (b * n_heads + kv_head * group) * seq_q;
+        stage_queries::<F, C>(
+            q, grad, lse, delta, &mut q_s, &mut o_s, &mut lse_s, &mut delta_s, 0, rows, i_lo,
+            seq_q, block, d_head, d_v, emulate,
+        );
+    }
+    commit_group(emulate);
+    while t < total {
+        let next = t + 1;
+        if comptime!(stages == 2) {
+            if next < total {
+                let head = kv_head * group + next / blocks;
+                let ib = i_lo + (next % blocks) * block;
+                stage_queries::<F, C>(
+                    q,
+                    grad,
+                    lse,
+                    delta,
+                    &mut q_s,
+                    &mut o_s,
+                    &mut lse_s,
+                    &mut delta_s,
+                    1 - stage,
+                    (b * n_heads + head) * seq_q,
+                    ib,
+                    seq_q,
+                    block,
+                    d_head,
+                    d_v,
+                    emulate,
+                );
+            }
+            commit_group(emulate);
+            wait_group(1u32, emulate);
+        } else {
+            wait_group(0u32, emulate);
+        }
+        let head = kv_head * group + t / blocks;
+        let ib = i_lo + (t % blocks) * block;
+        let (slope, table_base) = head_bias::<F, f32>(bias, &p, head);
+        let qb = stage * block * dh;
+        let ob = stage * block * dvp;
+        let sb = stage * block;
+
+        // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: the stage's rows (queries) are the products' columns.
+        let mut acc_s = zeros_list(n_pairs);
+        let mut acc_dp = zeros_list(n_pairs);
+        warp_product::<F>(
+            &ka,
+            &q_s,
+            qb,
+            &mut acc_s,
+            &mut scratch,
+            1usize,
+            k_slices,
+            n_pairs,
+            dh,
+            true,
+            0usize,
+            emulate,
+        );
+        warp_product::<F>(
+            &va,
+            &o_s,
+            ob,
+            &mut acc_dp,
+            &mut scratch,
+            1usize,
+            v_slices,
+            n_pairs,
+            dvp,
+            true,
+            comptime!(k_slices * n_pairs),
+            emulate,
+        );
+
+        // Pᵀ and dSᵀ in place: pair `h` of n8-tile `n` holds key `g + 8 h`, queries
+        // `ib + 8 n + 2 quad + {0, 1}`. A block is full when all its rows exist and see every
+        // key of the cube.
+        let full = classify
+            && ib + block <= seq_q
+            && full_block(&p, ib, ib + block - 1, c0, KEYS_PER_CUBE);
+        #[unroll]
+        for n in 0..comptime!(block / 8) {
+            #[unroll]
+            for e in 0..2usize {
+                let col = n * 8 + 2 * quad + e;
+                let i = ib + col;
+                let shift = lse_s[sb + col] * log2e;
+                let d = delta_s[sb + col];
+                let mut q_pos = p.query_offset + i as i32;
+                let mut q_seg = 0i32;
+                if comptime!(general) {
+                    let (position, segment) = query_place(positions, segments, &p, b, i);
+                    q_pos = position;
+                    q_seg = segment;
+                }
+                #[unroll]
+                for h in 0..2usize {
+                    let at = n / 2;
+                    let slot = 2 * (n % 2) + h;
+                    let mut sp = acc_s.index(at)[slot];
+                    let mut dp = acc_dp.index(at)[slot];
+                    let (y, factor) = score::<F>(
+                        sp.extract(e),
+                        k_pos[h] - q_pos,
+                        k_seen[h] == 1 && i < seq_q,
+                        q_seg,
+                        k_seg[h],
+                        slope,
+                        table_base,
+                        bias,
+                        &p,
+                        full,
+                        general,
+                        emulate,
+                    );
+                    let mut weight = 0.0f32;
+                    if y > f32::new(UNSEEN) {
+                        weight = exp2(y * log2e - shift, emulate);
+                    }
+                    sp.insert(e, weight);
+                    dp.insert(e, weight * (dp.extract(e) - d) * factor);
+                    acc_s.index_mut(at)[slot] = sp;
+                    acc_dp.index_mut(at)[slot] = dp;
+                }
+            }
+        }
+
+        // dV += Pᵀ dO and dK += dSᵀ Q: the stage's rows (queries) are the inner dimension.
+        let mut pa = Sequence::<Array<Vector<F, Const<2>>>>::new();
+        let mut dsa = Sequence::<Array<Vector<F, Const<2>>>>::new();
+        #[unroll]
+        for s in 0..n_pairs {
+            pa.push(p_operand::<F>(acc_s.index(s)));
+            dsa.push(p_operand::<F>(acc_dp.index(s)));
+        }
+        let calls = comptime!((k_slices + v_slices) * n_pairs);
+        warp_product::<F>(
+            &pa,
+            &o_s,
+            ob,
+            &mut acc_dv,
+            &mut scratch,
+            1usize,
+            n_pairs,
+            v_slices,
+            dvp,
+            false,
+            calls,
+            emulate,
+        );
+        warp_product::<F>(
+            &dsa,
+            &q_s,
+            qb,
+            &mut acc_dk,
+            &mut scratch,
+            1usize,
+            n_pairs,
+            k_slices,
+            dh,
+            false,
+            comptime!(calls + n_pairs * v_slices),
+            emulate,
+        );
+        // Every warp done with the stage before a copy overwrites it.
+        sync_cube();
+        if comptime!(stages == 1) {
+            if next < total {
+                let head = kv_head * group + next / blocks;
+                let ib = i_lo + (next % blocks) * block;
+                stage_queries::<F, C>(
+                    q,
+                    grad,
+                    lse,
+                    delta,
+                    &mut q_s,
+                    &mut o_s,
+                    &mut lse_s,
+                    &mut delta_s,
+                    0usize,
+                    (b * n_heads + head) * seq_q,
+                    ib,
+                    seq_q,
+                    block,
+                    d_head,
+                    d_v,
+                    emulate,
+                );
+            }
+            commit_group(emulate);
+        } else {
+            stage = 1 - stage;
+        }
+        t = next;
+    }
+
+    // The lane's keys `g + 8 h`, columns `8 c + 2 quad + {0, 1}`; dK times the scale.
+    #[unroll]
+    for h in 0..2usize {
+        let j = j0 + g + 8 * h;
+        if j < seq_k {
+            #[unroll]
+            for c in 0..comptime!(2 * k_slices) {
+                let pair = acc_dk.index(c / 2)[2 * (c % 2) + h];
+                #[unroll]
+                for e in 0..2usize {
+                    let col = c * 8 + 2 * quad + e;
+                    if col < d_head {
+                        dk[(kv_base + j) * d_head + col] = F::cast_from(pair.extract(e) * p.scale);
+                    }
+                }
+            }
+            #[unroll]
+            for c in 0..comptime!(2 * v_slices) {
+                let pair = acc_dv.index(c / 2)[2 * (c % 2) + h];
+                #[unroll]
+                for e in 0..2usize {
+                    let col = c * 8 + 2 * quad + e;
+                    if col < d_v {
+                        dv[(kv_base + j) * d_v + col] = F::cast_from(pair.extract(e));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Query rows `i0..i0 + block` of one head (its rows from `rows` on) into stage `stage`: Q and
+/// dO as [`stage_pair`] copies them (rows past `seq_q` repeat the last; the masks hide them),
+/// the log-sum-exp and `D` one row a unit (zeros past `seq_q`).
+#[cube]
+fn stage_queries<F: Float, C: Float>(
+    q: &Tensor<F>,
+    grad: &Tensor<F>,
+    lse: &Tensor<F>,
+    delta: &Tensor<C>,
+    q_s: &mut [F],
+    o_s: &mut [F],
+    lse_s: &mut [f32],
+    delta_s: &mut [f32],
+    stage: usize,
+    rows: usize,
+    i0: usize,
+    seq_q: usize,
+    #[comptime] block: usize,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] emulate: bool,
+) {
+    let valid = min(block, seq_q - i0);
+    stage_pair::<F>(
+        q,
+        q_s,
+        grad,
+        o_s,
+        stage,
+        rows + i0,
+        valid,
+        block,
+        d_head,
+        d_v,
+        emulate,
+    );
+    let u = UNIT_POS as usize;
+    if u < block {
+        let i = i0 + u;
+        let mut l = 0.0f32;
+        let mut d = 0.0f32;
+        if i < seq_q {
+            l = f32::cast_from(lse[rows + i]);
+            d = f32::cast_from(delta[rows + i]);
+        }
+        lse_s[stage * block + u] = l;
+        delta_s[stage * block + u] = d;
+    }
+}
+
+/// dQ cubes: the forward's tiles and geometry (`plan`); see the module. `dbias` holds each
+/// row's ALiBi slope gradient, `[batch, n_heads, query tiles x rows, 1]` in `C` (written when
+/// `BIAS_GRAD` is set, zeros at rows past `seq_q`).
+#[cube(launch_unchecked, create_dummy_kernel)]
+pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    bias: &Tensor<F>,
+    padding: &Tensor<P>,
+    positions: &Tensor<I>,
+    segments: &Tensor<J>,
+    delta: &Tensor<C>,
+    lse: &Tensor<F>,
+    grad: &Tensor<F>,
+    dq: &mut Tensor<F>,
+    dbias: &mut Tensor<C>,
+    p: Scalars,
+    group: u32,
+    span: u32,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] block: usize,
+    #[comptime] m_tiles: usize,
+    #[comptime] stages: usize,
+    #[comptime] general: bool,
+    #[comptime] emulate: bool,
+    #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
+) {
+    let dh = comptime!(d_head.next_multiple_of(16));
+    let dvp = comptime!(d_v.next_multiple_of(16));
+    let k_slices = comptime!(d_head.next_multiple_of(16) / 16);
+    let v_slices = comptime!(d_v.next_multiple_of(16) / 16);
+    let n_pairs = comptime!(block / 16);
+    let warp_rows = comptime!(m_tiles * M_TILE);
+    let row_slots = comptime!(2 * m_tiles);
+    let lane = (UNIT_POS % 32u32) as usize;
+    let w = (UNIT_POS / 32u32) as usize;
+    let g = lane / 4;
+    let quad = lane % 4;
+    let group = group as usize;
+    let span = span as usize;
+    let tiles = WARPS / span;
+    let runs = group / span;
+    let kv_head = CUBE_POS_Y as usize / runs;
+    let run = CUBE_POS_Y as usize % runs;
+    let b = CUBE_POS_Z as usize;
+    let rows = p.rows as usize;
+    let r0 = CUBE_POS_X as usize * rows;
+    let head = kv_head * group + run * span + w / tiles;
+    let i0 = r0 + (w % tiles) * warp_rows;
+    let seq_q = p.seq_q as usize;
+    let seq_k = p.seq_k as usize;
+    let n_heads = p.n_heads as usize;
+    let kv_base = (b * (n_heads / group) + kv_head) * seq_k;
+    let q_base = (b * n_heads + head) * seq_q;
+
+    let mut k_s = Shared::<[F]>::new_aligned_slice(comptime!(stages * block * dh), 16usize);
+    let mut v_s = Shared::<[F]>::new_aligned_slice(comptime!(stages * block * dvp), 16usize);
+    let mut scratch =
+        Shared::<[f32]>::new_slice(comptime!(if emulate { WARPS * MMA_SCRATCH } else { 1 }));
+    let mut lanes =
+        Shared::<[u32]>::new_slice(comptime!(if emulate { WARPS * LANE_SCRATCH } else { 1 }));
+
+    // The warp's rows of Q and dO as A fragments; per row slot `2 mt + h` (row `g + 8 h` of
+    // m-tile `mt`) its place, log-sum-exp (times log2 e), `D` and slope gradient.
+    let mut qa = Sequence::<Array<Vector<F, Const<2>>>>::new();
+    let mut oa = Sequence::<Array<Vector<F, Const<2>>>>::new();
+    #[unroll]
+    for mt in 0..m_tiles {
+        #[unroll]
+        for kk in 0..k_slices {
+            qa.push(a_fragment::<F>(q, q_base, i0 + mt * M_TILE, seq_q, kk * 16, d_head));
+        }
+        #[unroll]
+        for kk in 0..v_slices {
+            oa.push(a_fragment::<F>(grad, q_base, i0 + mt * M_TILE, seq_q, kk * 16, d_v));
+        }
+    }
+    let log2e = core::f32::consts::LOG2_E;
+    let mut q_pos = Array::<i32>::new(row_slots);
+    let mut q_seg = Array::<i32>::new(row_slots);
+    let mut shift = Array::<f32>::new(row_slots);
+    let mut d = Array::<f32>::new(row_slots);
+    let mut d_slope = Array::<f32>::new(row_slots);
+    #[unroll]
+    for r in 0..row_slots {
+        let row = i0 + (r / 2) * M_TILE + g + 8 * (r % 2);
+        let (position, segment) = query_place(positions, segments, &p, b, row);
+        q_pos[r] = position;
+        q_seg[r] = segment;
+        shift[r] = 0.0;
+        d[r] = 0.0;
+        if row < seq_q {
+            shift[r] = f32::cast_from(lse[q_base + row]) * log2e;
+            d[r] = f32::cast_from(delta[q_base + row]);
+        }
+        d_slope[r] = 0.0;
+    }
+    let mut acc_dq = zeros_list(comptime!(m_tiles * k_slices));
+    let (slope, table_base) = head_bias::<F, f32>(bias, &p, head);
+    let alibi_grad = (p.flags & (BIAS_GRAD | ALIBI)) == (BIAS_GRAD | ALIBI);
+    let classify = (p.flags & (EXPLICIT | SEGMENTED | PADDED)) == 0;
+    let s_calls = comptime!(k_slices * n_pairs * m_tiles);
+
+    clear_padding::<F>(&mut k_s, comptime!(stages * block), d_head, dh);
+    clear_padding::<F>(&mut v_s, comptime!(stages * block), d_v, dvp);
+
+    let (k_lo, k_hi) = key_range(&p, r0);
+    let mut j0 = k_lo;
+    let mut stage = 0usize;
+    if j0 < k_hi {
+        let valid = min(block, seq_k - j0);
+        stage_pair::<F>(
+            k, &mut k_s, v, &mut v_s, 0, kv_base + j0, valid, block, d_head, d_v, emulate,
+        );
+    }
+    commit_group(emulate);
+    while j0 < k_hi {
+        let next = j0 + block;
+        if comptime!(stages == 2) {
+            if next < k_hi {
+                let valid = min(block, seq_k - next);
+                stage_pair::<F>(
+                    k,
+                    &mut k_s,
+                    v,
+                    &mut v_s,
+                    1 - stage,
+                    kv_base + next,
+                    valid,
+                    block,
+                    d_head,
+                    d_v,
+                    emulate,
+                );
+            }
+            commit_group(emulate);
+            wait_group(1u32, emulate);
+        } else {
+            wait_group(0u32, emulate);
+        }
+        let kb = stage * block * dh;
+        let vb = stage * block * dvp;
+
+        // S = Q Kᵀ, dP = dO Vᵀ.
+        let mut acc_s = zeros_list(comptime!(m_tiles * n_pairs));
+        let mut acc_dp = zeros_list(comptime!(m_tiles * n_pairs));
+        warp_product::<F>(
+            &qa,
+            &k_s,
+            kb,
+            &mut acc_s,
+            &mut scratch,
+            m_tiles,
+            k_slices,
+            n_pairs,
+            dh,
+            true,
+            0usize,
+            emulate,
+        );
+        warp_product::<F>(
+            &oa,
+            &v_s,
+            vb,
+            &mut acc_dp,
+            &mut scratch,
+            m_tiles,
+            v_slices,
+            n_pairs,
+            dvp,
+            true,
+            s_calls,
+            emulate,
+        );
+
+        // dS in S's place: pair `h` of n8-tile `n` holds row `g + 8 h`, keys
+        // `j0 + 8 n + 2 quad + {0, 1}`.
+        let full = classify && full_block(&p, r0, min(r0 + rows, seq_q) - 1, j0, block);
+        #[unroll]
+        for n in 0..comptime!(block / 8) {
+            #[unroll]
+            for e in 0..2usize {
+                let j = j0 + n * 8 + 2 * quad + e;
+                let mut k_pos = p.key_offset + j as i32;
+                let mut k_seen = j < k_hi;
+                let mut k_seg = 0i32;
+                if comptime!(general) {
+                    let (position, seen, segment) =
+                        key_place(positions, segments, padding, &p, b, j, j < k_hi);
+                    k_pos = position;
+                    k_seen = seen;
+                    k_seg = segment;
+                }
+                #[unroll]
+                for r in 0..row_slots {
+                    let at = (r / 2) * n_pairs + n / 2;
+                    let slot = 2 * (n % 2) + r % 2;
+                    let row = i0 + (r / 2) * M_TILE + g + 8 * (r % 2);
+                    let mut sp = acc_s.index(at)[slot];
+                    let dp = acc_dp.index(at)[slot];
+                    let rel = k_pos - q_pos[r];
+                    let (y, factor) = score::<F>(
+                        sp.extract(e),
+                        rel,
+                        k_seen && row < seq_q,
+                        q_seg[r],
+                        k_seg,
+                        slope,
+                        table_base,
+                        bias,
+                        &p,
+                        full,
+                        general,
+                        emulate,
+                    );
+                    let mut weight = 0.0f32;
+                    if y > f32::new(UNSEEN) {
+                        weight = exp2(y * log2e - shift[r], emulate);
+                    }
+                    let ds = weight * (dp.extract(e) - d[r]);
+                    if alibi_grad {
+                        let mut distance = rel;
+                        if rel < 0 {
+                            distance = -rel;
+                        }
+                        d_slope[r] -= ds * f32::cast_from(distance);
+                    }
+                    sp.insert(e, ds * factor);
+                    acc_s.index_mut(at)[slot] = sp;
+                }
+            }
+        }
+
+        // dQ += dS K: the stage's rows (keys) are the inner dimension.
+        let mut dsa = Sequence::<Array<Vector<F, Const<2>>>>::new();
+        #[unroll]
+        for mt in 0..m_tiles {
+            #[unroll]
+            for s in 0..n_pairs {
+                dsa.push(p_operand::<F>(acc_s.index(mt * n_pairs + s)));
+            }
+        }
+        warp_product::<F>(
+            &dsa,
+            &k_s,
+            kb,
+            &mut acc_dq,
+            &mut scratch,
+            m_tiles,
+            n_pairs,
+            k_slices,
+            dh,
+            false,
+            comptime!(s_calls + v_slices * n_pairs * m_tiles),
+            emulate,
+        );
+        // Every warp done with the stage before a copy overwrites it.
+        sync_cube();
+        if comptime!(stages == 1) {
+            if next < k_hi {
+                let valid = min(block, seq_k - next);
+                stage_pair::<F>(
+                    k,
+                    &mut k_s,
+                    v,
+                    &mut v_s,
+                    0,
+                    kv_base + next,
+                    valid,
+                    block,
+                    d_head,
+                    d_v,
+                    emulate,
+                );
+            }
+            commit_group(emulate);
+        } else {
+            stage = 1 - stage;
+        }
+        j0 = next;
+    }
+
+    #[unroll]
+    for r in 0..row_slots {
+        let mt = r / 2;
+        let h = r % 2;
+        let row = i0 + mt * M_TILE + g + 8 * h;
+        if row < seq_q {
+            #[unroll]
+            for c in 0..comptime!(2 * k_slices) {
+                let pair = acc_dq.index(mt * k_slices + c / 2)[2 * (c % 2) + h];
+                #[unroll]
+                for e in 0..2usize {
+                    let col = c * 8 + 2 * quad + e;
+                    if col < d_head {
+                        dq[(q_base + row) * d_head + col] = F::cast_from(pair.extract(e) * p.scale);
+                    }
+                }
+            }
+        }
+    }
+    // ALiBi's slope gradient: each row's sum across its quad, at the row's slot of its head's
+    // `query tiles x rows` (zeros for rows past `seq_q`, whose scores are not masked on full
+    // blocks).
+    if comptime!(general) {
+        #[unroll]
+        for r in 0..row_slots {
+            d_slope[r] = quad_sum(d_slope[r], &mut lanes, r % 2, emulate);
+        }
+        if alibi_grad && quad == 0 {
+            #[unroll]
+            for r in 0..row_slots {
+                let offset = (w % tiles) * warp_rows + (r / 2) * M_TILE + g + 8 * (r % 2);
+                let mut x = 0.0f32;
+                if r0 + offset < seq_q {
+                    x = d_slope[r];
+                }
+                let slots = CUBE_COUNT_X as usize * rows;
+                dbias[(b * n_heads + head) * slots + r0 + offset] = C::cast_from(x);
+            }
+        }
+    }
+}
+
+/// The backward's geometry: the dQ kernel's (the forward's [`MmaPlan`]), and the query rows a
+/// step of the dK/dV kernel and its stages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct MmaBackwardPlan {
+    pub queries: MmaPlan,
+    pub block: usize,
+    pub stages: usize,
+}
+
+/// The backward's plan, or `None` where a cube of [`WARPS`] warps or a stage of 16 rows does not
+/// fit the device (then the shared backward runs). The dQ kernel's cubes are the forward's
+/// tiles at one m-tile a warp (its Q, dO and dQ fragments take the registers the forward's
+/// output took) except at widths up to 32; blocks of 64 keys up to width 64, 32 beyond; the
+/// dK/dV kernel's steps of 64 rows up to width 64, 32 beyond. Emulated, both take blocks of 16
+/// (what bounds llvmpipe's compile time is the exchanges a block: `fragment::MMA_SCRATCH`).
+pub(super) fn plan(
+    sizes: &Sizes,
+    group: usize,
+    elem_size: usize,
+    hardware: &HardwareProperties,
+    emulate: bool,
+) -> Option<MmaBackwardPlan> {
+    let (dh, dvp) = (
+        sizes.d_head.next_multiple_of(16),
+        sizes.d_v.next_multiple_of(16),
+    );
+    if (WARPS * WARP) > hardware.max_units_per_cube as usize {
+        return None;
+    }
+    let budget = hardware.max_shared_memory_size.min(MAX_SHARED_BYTES);
+    let exchange = if emulate {
+        WARPS * (MMA_SCRATCH + LANE_SCRATCH) * 4
+    } else {
+        8
+    };
+    let span = (1..=group.min(WARPS))
+        .rev()
+        .find(|span| group % span == 0 && WARPS % span == 0)
+        .unwrap_or(1);
+    let m_tiles = if dh.max(dvp) <= 32 { 2 } else { 1 };
+    let blocks: &[usize] = if emulate {
+        &[16]
+    } else if dh.max(dvp) <= 64 {
+        &[64, 32, 16]
+    } else {
+        &[32, 16]
+    };
+    let fits = |rows: usize, extra: usize| rows * ((dh + dvp) * elem_size + extra) + exchange;
+    let choices = || {
+        blocks
+            .iter()
+            .flat_map(|&block| [(block, 2), (block, 1)])
+    };
+    let (block, stages) = choices().find(|&(block, stages)| fits(stages * block, 0) <= budget)?;
+    let queries = MmaPlan {
+        span,
+        tiles: WARPS / span,
+        m_tiles,
+        block,
+        stages,
+    };
+    // The dK/dV kernel's stages hold each row's log-sum-exp and `D` (f32) too.
+    let (block, stages) = choices().find(|&(block, stages)| fits(stages * block, 8) <= budget)?;
+    Some(MmaBackwardPlan {
+        queries,
+        block,
+        stages,
+    })
+}
+
+impl MmaBackwardPlan {
+    /// The run-time loop iterations of one invocation at most (llvmpipe's loop limit,
+    /// `LOOP_LIMIT`): the dQ kernel's blocks of keys, the dK/dV kernel's steps over the group's
+    /// heads; every other loop unrolled.
+    pub fn iterations(&self, sizes: &Sizes, group: usize) -> usize {
+        let dq = sizes.seq_k.div_ceil(self.queries.block) + 1;
+        let dkv = group * sizes.seq_q.div_ceil(self.block) + 1;
+        dq.max(dkv)
+    }
+}
