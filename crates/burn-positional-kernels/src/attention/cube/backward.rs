@@ -448,7 +448,8 @@ pub(crate) fn launch_backward(
         )
         && !super::mma::cut_short(plan.iterations(&sizes, group), emulate, cpu_adapter)
     {
-        use super::mma_backward::{KEYS_PER_CUBE, flash_mma_dkv_kernel, flash_mma_dq_kernel};
+        use super::mma_backward::{KEYS_PER_CUBE, flash_mma_dq_kernel};
+        use super::mma_backward_keys::flash_mma_dkv_kernel;
         count_backward_launch(FlashVariant::TensorCores);
         let rows = plan.queries.rows();
         let query_tiles = sizes.seq_q.div_ceil(rows);

@@ -17,8 +17,8 @@ use burn::tensor::DType;
 use cubecl::prelude::*;
 
 use super::{
-    KEY_BLOCK, ScalarsLaunch, backward, backward_shared, mma, mma_backward, registers, shared,
-    split,
+    KEY_BLOCK, ScalarsLaunch, backward, backward_shared, mma, mma_backward, mma_backward_keys,
+    registers, shared, split,
 };
 use crate::attention::Sizes;
 use crate::cuda_check::{Case, Target, elementwise_dim, tensor};
@@ -261,7 +261,7 @@ fn backward(
         let units = CubeDim::new_1d(plan.queries.units() as u32);
         for general in [false, true] {
             let scores = if general { "general" } else { "plain" };
-            let keys = mma_backward::flash_mma_dkv_kernel::create_dummy_kernel(
+            let keys = mma_backward_keys::flash_mma_dkv_kernel::create_dummy_kernel(
                 properties.clone(),
                 target.target.clone(),
                 CubeCount::Static(1, 1, 1),

@@ -40,7 +40,7 @@ use super::fragment::{
     LANE_SCRATCH, MMA_SCRATCH, WARP, commit_group, exp2, p_operand, quad_max, quad_sum, wait_group,
 };
 use super::mma_stage::{clear_padding, stage_pair};
-use super::mma_warp::{a_fragment, full_block, warp_product, zeros_list};
+use super::mma_warp::{a_fragment, exchanges, full_block, warp_product, zeros_list};
 use super::{
     EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN, biased_score, head_bias, key_place,
     key_range, query_place, visible,
@@ -92,8 +92,8 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     let o_tiles = comptime!(d_v.next_multiple_of(16) / 8);
     let warp_rows = comptime!(m_tiles * M_TILE);
     let row_slots = comptime!(2 * m_tiles);
-    // The products of S a block (the emulation's slots count on from them in `P V`).
-    let s_calls = comptime!(d_head.next_multiple_of(16) / 16 * (block / 16) * m_tiles);
+    // The emulated exchanges of S a block (the emulation's slots count on from them in `P V`).
+    let s_calls = comptime!(exchanges(d_head.next_multiple_of(16) / 16));
 
     let lane = (UNIT_POS % 32u32) as usize;
     let w = (UNIT_POS / 32u32) as usize;

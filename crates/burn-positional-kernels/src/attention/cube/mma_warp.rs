@@ -9,7 +9,7 @@
 
 use cubecl::prelude::*;
 
-use super::fragment::{self, ldmatrix_x4, mma_pair};
+use super::fragment::{self, MMA_SCRATCH, chunk_at, ldmatrix_x4, mma_pair};
 use super::{CAUSAL, Scalars, WINDOW};
 
 /// The accumulators of two n8-tiles side by side (16 x 16: pairs 0 and 1 the first tile's,
@@ -70,15 +70,22 @@ pub(super) fn a_fragment<F: Float>(
     a
 }
 
-/// `acc += A B` for the warp's `m_tiles` m-tiles: `a[mt x k_slices + kk]` is the A fragment of
-/// m-tile `mt` and 16-wide slice `kk` of the inner dimension, `acc[mt x n_pairs + np]` the
-/// accumulators of output columns `16 np..16 np + 16`; B comes from the stage at `base`
-/// (`width` values a row, swizzled), one `ldmatrix` x4 per (slice, column pair) feeding
-/// `m_tiles` pairs of products. `rows_are_n`: the stage's rows are B's columns (`Kᵀ` in
-/// `Q Kᵀ`: keys are rows of K; no transpose); else its rows are the inner dimension (`V` in
-/// `P V`: `ldmatrix.trans`). `call0` numbers this product's first [`mma_pair`] among the
-/// caller's since its last barrier, so the emulation's slots go on alternating. Every unit of
-/// the cube must call it.
+/// `acc += A B` for the warp's `m_tiles` m-tiles (at most 2): `a[mt x k_slices + kk]` is the A
+/// fragment of m-tile `mt` and 16-wide slice `kk` of the inner dimension, `acc[mt x n_pairs +
+/// np]` the accumulators of output columns `16 np..16 np + 16`; B comes from the stage at
+/// `base` (`width` values a row, swizzled by [`chunk_at`]). `rows_are_n`: the stage's rows are
+/// B's columns (`Kᵀ` in `Q Kᵀ`: keys are rows of K); else its rows are the inner dimension
+/// (`V` in `P V`). Every unit of the cube must call it.
+///
+/// Natively one `ldmatrix` x4 per (slice, column pair) (`.trans` where the rows are the inner
+/// dimension) feeding `m_tiles` pairs of `mma.sync`. Emulated, one exchange per slice
+/// ([`exchanges`]): the warp's A fragments of the slice go to their (row, column) in slot
+/// `(call0 + kk) % 2` of the warp's `scratch` (`fragment::MMA_SCRATCH`: the caller numbers its
+/// exchanges since its last barrier so that the slots alternate), one `sync_cube`, and each
+/// lane sums its accumulators in f32 with B read from the stage at the element's own swizzled
+/// address. A barrier is a suspend point of llvmpipe's coroutines, whose split grows faster
+/// than linearly with them: one a slice rather than one a product (issue 72: the backward's two
+/// kernels took LLVM most of an hour on lavapipe with one barrier a product).
 #[cube]
 pub(super) fn warp_product<F: Float>(
     a: &Sequence<Array<Vector<F, Const<2>>>>,
@@ -94,37 +101,93 @@ pub(super) fn warp_product<F: Float>(
     #[comptime] call0: usize,
     #[comptime] emulate: bool,
 ) {
-    #[unroll]
-    for kk in 0..k_slices {
+    if comptime!(emulate) {
+        let lane = UNIT_POS % 32u32;
+        let w = (UNIT_POS / 32u32) as usize;
         #[unroll]
-        for np in 0..n_pairs {
-            let row = comptime!(if rows_are_n { np * 16 } else { kk * 16 });
-            let chunk = comptime!(if rows_are_n { kk * 2 } else { np * 2 });
-            let bf = ldmatrix_x4::<F>(
-                stage,
-                base,
-                row,
-                chunk,
-                width,
-                rows_are_n,
-                comptime!(!rows_are_n),
-                emulate,
-            );
+        for kk in 0..k_slices {
+            let at = w * MMA_SCRATCH + comptime!((call0 + kk) % 2 * (MMA_SCRATCH / 2));
             #[unroll]
             for mt in 0..m_tiles {
-                // The emulation's slots alternate call by call (`fragment::MMA_SCRATCH`).
-                let call = comptime!(call0 + (kk * n_pairs + np) * m_tiles + mt);
-                mma_pair::<F>(
-                    a.index(mt * k_slices + kk),
-                    &bf,
-                    acc.index_mut(mt * n_pairs + np),
-                    scratch,
-                    comptime!(call % 2),
-                    emulate,
+                #[unroll]
+                for i in 0..8usize {
+                    let x: F = a.index(mt * k_slices + kk)[i / 2].extract(i % 2);
+                    let row = fragment::a_row(lane, i as u32) as usize;
+                    let col = fragment::a_col(lane, i as u32) as usize;
+                    scratch[at + mt * 256 + row * 16 + col] = f32::cast_from(x);
+                }
+            }
+            sync_cube();
+            #[unroll]
+            for np in 0..n_pairs {
+                #[unroll]
+                for mt in 0..m_tiles {
+                    #[unroll]
+                    for v in 0..4usize {
+                        let mut pair = acc.index(mt * n_pairs + np)[v];
+                        #[unroll]
+                        for e in 0..2usize {
+                            let i = ((v % 2) * 2 + e) as u32;
+                            let row = fragment::c_row(lane, i) as usize;
+                            let col = (v / 2) * 8 + fragment::c_col(lane, i) as usize;
+                            let mut sum: f32 = pair.extract(e);
+                            #[unroll]
+                            for k in 0..16usize {
+                                let b = if comptime!(rows_are_n) {
+                                    stage[base
+                                        + chunk_at(np * 16 + col, kk * 2 + k / 8, width)
+                                        + k % 8]
+                                } else {
+                                    stage[base
+                                        + chunk_at(kk * 16 + k, np * 2 + col / 8, width)
+                                        + col % 8]
+                                };
+                                sum += scratch[at + mt * 256 + row * 16 + k] * f32::cast_from(b);
+                            }
+                            pair.insert(e, sum);
+                        }
+                        acc.index_mut(mt * n_pairs + np)[v] = pair;
+                    }
+                }
+            }
+        }
+    } else {
+        #[unroll]
+        for kk in 0..k_slices {
+            #[unroll]
+            for np in 0..n_pairs {
+                let row = comptime!(if rows_are_n { np * 16 } else { kk * 16 });
+                let chunk = comptime!(if rows_are_n { kk * 2 } else { np * 2 });
+                let bf = ldmatrix_x4::<F>(
+                    stage,
+                    base,
+                    row,
+                    chunk,
+                    width,
+                    rows_are_n,
+                    comptime!(!rows_are_n),
+                    false,
                 );
+                #[unroll]
+                for mt in 0..m_tiles {
+                    mma_pair::<F>(
+                        a.index(mt * k_slices + kk),
+                        &bf,
+                        acc.index_mut(mt * n_pairs + np),
+                        scratch,
+                        0usize,
+                        false,
+                    );
+                }
             }
         }
     }
+}
+
+/// The exchanges (barriers) one emulated [`warp_product`] over `k_slices` slices takes: what a
+/// caller adds to the `call0` of its next product.
+pub(super) const fn exchanges(k_slices: usize) -> usize {
+    k_slices
 }
 
 /// Whether every query row of `first..=last` sees every key of `j0..j0 + keys` (sequential

@@ -39,6 +39,7 @@ mod mma;
 mod mma_stage;
 mod mma_warp;
 mod mma_backward;
+mod mma_backward_keys;
 mod registers;
 mod scalars;
 mod score;
