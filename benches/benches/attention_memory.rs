@@ -18,7 +18,7 @@
 //! kit's first check, `tools/gpu/`). `--check-tensor-cores cuda` checks the tensor-core
 //! attention kernels on that device against the register kernel and the slow twin, forward and
 //! backward, in f16 and bf16, then sweeps the boundaries of their plans there
-//! (`flash_boundaries`): the GPU kit's check of the `cmma` path, which no CI machine can run; it
+//! (`flash_boundaries`): the GPU kit's check of the `mma.sync` path, which no CI machine can run; it
 //! exits non-zero on a mismatch.
 //!
 //! Past 700 lines for one reason: what the GPU kit runs of attention on a device, in the one
@@ -343,8 +343,8 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
     );
 }
 
-/// The tensor-core kernels ([`FlashVariant::TensorCores`], `cmma` where the device has it for
-/// the dtype) against the register kernel on the same device, forward and backward, in f16 and
+/// The tensor-core kernels ([`FlashVariant::TensorCores`], `mma.sync` where the device has it
+/// for the dtype) against the register kernel on the same device, forward and backward, in f16 and
 /// bf16: heads of 32 (8 of 8), 64 (8 over 2 key/value heads) and 128 (4), 300 tokens (not a
 /// multiple of 16), causal with ALiBi, and a T5 table with a window. Prints each case's largest
 /// difference relative to the largest value; panics past the dtype's tolerance (f16 1e-2, bf16
@@ -504,7 +504,7 @@ fn check_tensor_cores(device_name: &str) {
 
 /// The tensor-core kernels across the boundaries of their plans on this device
 /// (`flash_boundaries`: the same lengths the kernels' `flash_sweep` tests take on lavapipe, here
-/// with the device's own plans and `cmma`), f16 and bf16, head widths 32, 40, 64, 96 and 128,
+/// with the device's own plans and `mma.sync`), f16 and bf16, head widths 32, 40, 64, 96 and 128,
 /// 4 query heads over 2: one query row over every key count (forward), every row count over as
 /// many keys (forward and gradients), and the two calls issue 61 found wrong; each against the
 /// slow twin in f32 on the same rounded inputs.

@@ -439,13 +439,8 @@ pub(crate) fn launch_backward(
     if variant == FlashVariant::TensorCores
         && bias_width <= 1
         && let Some(emulate) = super::mma::emulation(&properties, dtype)
-        && let Some(plan) = super::mma_backward::plan(
-            &sizes,
-            group,
-            dtype.size(),
-            &properties.hardware,
-            emulate,
-        )
+        && let Some(plan) =
+            super::mma_backward::plan(&sizes, group, dtype.size(), &properties.hardware, emulate)
         && !super::mma::cut_short(plan.iterations(&sizes, group), emulate, cpu_adapter)
     {
         use super::mma_backward::{KEYS_PER_CUBE, flash_mma_dq_kernel};

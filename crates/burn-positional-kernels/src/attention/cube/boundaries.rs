@@ -60,9 +60,8 @@ pub(crate) fn boundaries(
         FlashVariant::TensorCores => {
             let forward = mma
                 .and_then(|emulate| super::mma::plan(&long, group, elem_size, hardware, emulate));
-            let backward = mma.and_then(|emulate| {
-                mma_backward::plan(&long, group, elem_size, hardware, emulate)
-            });
+            let backward = mma
+                .and_then(|emulate| mma_backward::plan(&long, group, elem_size, hardware, emulate));
             fits = forward.is_some() && backward.is_some();
             // The forward's one run-time loop walks blocks: llvmpipe's loop limit is millions of
             // keys away.

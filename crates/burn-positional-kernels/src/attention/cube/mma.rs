@@ -129,7 +129,14 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     for mt in 0..m_tiles {
         #[unroll]
         for kk in 0..k_slices {
-            qa.push(a_fragment::<F>(q, q_base, i0 + mt * M_TILE, seq_q, kk * 16, d_head));
+            qa.push(a_fragment::<F>(
+                q,
+                q_base,
+                i0 + mt * M_TILE,
+                seq_q,
+                kk * 16,
+                d_head,
+            ));
         }
     }
     // The lane's rows: slot `2 mt + h` is row `g + 8 h` of m-tile `mt` (the accumulators' pair
@@ -164,7 +171,17 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     if j0 < k_hi {
         let valid = min(block, seq_k - j0);
         stage_pair::<F>(
-            k, &mut k_s, v, &mut v_s, 0, kv_base + j0, valid, block, d_head, d_v, emulate,
+            k,
+            &mut k_s,
+            v,
+            &mut v_s,
+            0,
+            kv_base + j0,
+            valid,
+            block,
+            d_head,
+            d_v,
+            emulate,
         );
     }
     commit_group(emulate);

@@ -168,11 +168,25 @@ pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
     for mt in 0..m_tiles {
         #[unroll]
         for kk in 0..k_slices {
-            qa.push(a_fragment::<F>(q, q_base, i0 + mt * M_TILE, seq_q, kk * 16, d_head));
+            qa.push(a_fragment::<F>(
+                q,
+                q_base,
+                i0 + mt * M_TILE,
+                seq_q,
+                kk * 16,
+                d_head,
+            ));
         }
         #[unroll]
         for kk in 0..v_slices {
-            oa.push(a_fragment::<F>(grad, q_base, i0 + mt * M_TILE, seq_q, kk * 16, d_v));
+            oa.push(a_fragment::<F>(
+                grad,
+                q_base,
+                i0 + mt * M_TILE,
+                seq_q,
+                kk * 16,
+                d_v,
+            ));
         }
     }
     let log2e = core::f32::consts::LOG2_E;
@@ -210,7 +224,17 @@ pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
     if j0 < k_hi {
         let valid = min(block, seq_k - j0);
         stage_pair::<F>(
-            k, &mut k_s, v, &mut v_s, 0, kv_base + j0, valid, block, d_head, d_v, emulate,
+            k,
+            &mut k_s,
+            v,
+            &mut v_s,
+            0,
+            kv_base + j0,
+            valid,
+            block,
+            d_head,
+            d_v,
+            emulate,
         );
     }
     commit_group(emulate);
@@ -478,11 +502,8 @@ pub(super) fn plan(
         &[16]
     };
     let fits = |rows: usize, extra: usize| rows * ((dh + dvp) * elem_size + extra) + exchange;
-    let choices = |blocks: &'static [usize]| {
-        blocks
-            .iter()
-            .flat_map(|&block| [(block, 2), (block, 1)])
-    };
+    let choices =
+        |blocks: &'static [usize]| blocks.iter().flat_map(|&block| [(block, 2), (block, 1)]);
     let (block, stages) =
         choices(blocks).find(|&(block, stages)| fits(stages * block, 0) <= budget)?;
     let queries = MmaPlan {

@@ -122,8 +122,22 @@ pub(super) fn flash_mma_dkv_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     if total > 0 {
         let rows = (b * n_heads + kv_head * group) * seq_q;
         stage_queries::<F, C>(
-            q, grad, lse, delta, &mut q_s, &mut o_s, &mut lse_s, &mut delta_s, 0, rows, i_lo,
-            seq_q, block, d_head, d_v, emulate,
+            q,
+            grad,
+            lse,
+            delta,
+            &mut q_s,
+            &mut o_s,
+            &mut lse_s,
+            &mut delta_s,
+            0,
+            rows,
+            i_lo,
+            seq_q,
+            block,
+            d_head,
+            d_v,
+            emulate,
         );
     }
     commit_group(emulate);

@@ -90,8 +90,28 @@ pub(super) fn stage_pair<F: Float>(
 ) {
     let wa = comptime!(d_a.next_multiple_of(16));
     let wb = comptime!(d_b.next_multiple_of(16));
-    stage_block::<F>(a, a_s, stage * rows * wa, first, valid, rows, d_a, wa, emulate);
-    stage_block::<F>(b, b_s, stage * rows * wb, first, valid, rows, d_b, wb, emulate);
+    stage_block::<F>(
+        a,
+        a_s,
+        stage * rows * wa,
+        first,
+        valid,
+        rows,
+        d_a,
+        wa,
+        emulate,
+    );
+    stage_block::<F>(
+        b,
+        b_s,
+        stage * rows * wb,
+        first,
+        valid,
+        rows,
+        d_b,
+        wb,
+        emulate,
+    );
 }
 
 /// Zeros in the columns past `d` of every row of a stage (`stages x rows` rows `width` wide):

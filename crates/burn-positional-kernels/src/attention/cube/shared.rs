@@ -28,9 +28,9 @@
 //! shared memory (at most 32 KiB, leaving room for a second cube per multiprocessor), and
 //! falls back to the register kernel where even 8 keys do not fit.
 //!
-//! No tensor cores: the block products are the units' f32 multiply-adds. The kernel that puts
-//! them on cooperative matrices (`cmma`, f16 and bf16) is `tensor_cores.rs`: a query tile of 16
-//! rows per plane, the score tile staged in shared memory for the per-score formula.
+//! No tensor cores: the block products are the units' f32 multiply-adds. The kernels that put
+//! them on `mma.sync` (f16 and bf16) are `mma.rs` and `mma_backward.rs`: each warp's rows (or
+//! keys) and their scores in register fragments.
 //!
 //! Wide heads cost registers: a unit holds `per_unit x (d_head + d_v)` f32 values, 256 at
 //! `d_head = d_v = 128`, more than an NVIDIA unit keeps without spilling.
@@ -43,8 +43,8 @@
 //! theoretical occupancy, limited by registers; width 128 takes all 255 and spills (336 bytes
 //! stored a unit). That is the design's price, not a tuning slip: a unit keeps its row's
 //! scaled query and output accumulator (`d_head + d_v` values) in registers across the whole key
-//! walk, and 50 % occupancy would need 64 registers a unit. The tensor-core kernel moves both
-//! into shared memory and `cmma` fragments.
+//! walk, and 50 % occupancy would need 64 registers a unit. The tensor-core kernels spread both
+//! over a warp's `mma.sync` fragments.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]
