@@ -352,24 +352,35 @@ def inner_loop(instructions: list) -> dict | None:
 
 
 FLASH_FORWARD = "attention forward: tensor cores"
+FLASH_KEYS = "attention backward: tensor cores, keys"
+FLASH_QUERIES = "attention backward: tensor cores, queries"
 
 
-def flash_expected(spec: str) -> dict | None:
-    """The per-block, per-warp counts FlashAttention-2's loop has (FLASH.md section 6, calibrated
-    on tools/cuda/selftest/fa2_probe.cu) for a tensor-core forward spec such as
-    `F16 d64/64 group 1: block 32 stages 2 rows 32, plain scores`: Mw query rows a warp, Bc keys a block, the
-    head widths padded to 16. None for an emulated spec (no tensor cores) or another kernel."""
-    m = re.search(r"d(\d+)/(\d+) .*block (\d+) stages (\d+) rows (\d+)", spec)
-    if not m or "emulated" in spec:
+def flash_expected(kernel: str, spec: str) -> dict | None:
+    """The per-block, per-warp counts FlashAttention-2's loops have (FLASH.md section 6, calibrated
+    on tools/cuda/selftest/fa2_probe.cu) for a tensor-core spec such as
+    `F16 d64/64 group 1: block 32 stages 2 rows 32, plain scores`, the head widths padded to 16:
+    the forward (Mw query rows a warp, Bc keys a block: S and P V), the backward's dQ kernel
+    (S, dP, dS K: one exp a score) and its dK/dV kernel (16 keys a warp, Bc query rows a step:
+    S, dP, dV, dK; each query's log-sum-exp and D read from shared memory, the next block's two
+    stored there). None for an emulated spec (no tensor cores) or another kernel."""
+    m = re.search(r"d(\d+)/(\d+) .*block (\d+) stages (\d+)(?: rows (\d+))?", spec)
+    if not m or "emulated" in spec or kernel not in (FLASH_FORWARD, FLASH_KEYS, FLASH_QUERIES):
         return None
-    d, dv, bc, _, mw = (int(x) for x in m.groups())
+    d, dv, bc = (int(x) for x in m.groups()[:3])
+    mw = int(m.group(5) or 16)
     dh, dvp = -(-d // 16) * 16, -(-dv // 16) * 16
-    return {
-        "hmma": mw * bc * (dh + dvp) // 2048,
-        "mufu_ex2": mw * bc // 32 + mw // 8,
-        "ldsm": bc * dh // 256 + bc * dvp // 256,
-        "async": d % 8 == 0,
-    }
+    want = {"async": d % 8 == 0, "rows": mw, "keys": bc, "lds": 4, "sts": 0}
+    if kernel == FLASH_FORWARD:
+        want.update(hmma=mw * bc * (dh + dvp) // 2048, mufu_ex2=mw * bc // 32 + mw // 8,
+                    ldsm=bc * dh // 256 + bc * dvp // 256)
+    elif kernel == FLASH_QUERIES:
+        want.update(hmma=mw * bc * (2 * dh + dvp) // 2048, mufu_ex2=mw * bc // 32,
+                    ldsm=bc * (2 * dh + dvp) // 256)
+    else:
+        want.update(hmma=16 * bc * 2 * (dh + dvp) // 2048, mufu_ex2=16 * bc // 32,
+                    ldsm=2 * bc * (dh + dvp) // 256, lds=4 + bc // 2, sts=2, rows=bc, keys=16)
+    return want
 
 
 def flash_gate(loop: dict | None, want: dict) -> list[str]:
@@ -390,11 +401,11 @@ def flash_gate(loop: dict | None, want: dict) -> list[str]:
         out.append(f"inner loop: {loop['accurate_exp']} FFMA.SAT/FFMA.RM (the accurate exp)")
     if per["ldsm"] != want["ldsm"]:
         out.append(f"inner loop: {per['ldsm']:g} LDSM a block, the formula {want['ldsm']}")
-    if per["sts"] or per["lds"] > 4:
+    if per["sts"] > want["sts"] or per["lds"] > want["lds"]:
         out.append(f"inner loop: {per['sts']:g} STS and {per['lds']:g} LDS a block (scores or P through shared memory?)")
     if per["bar"] > 2:
         out.append(f"inner loop: {per['bar']:g} barriers a block, above 2")
-    if loop["local"]:
+    if loop["local"] and not want.get("spill_known"):
         out.append(f"inner loop: {loop['local']} local-memory instructions")
     if want["async"] and not loop["ldgsts"]:
         out.append("inner loop: no LDGSTS (async copies)")
@@ -566,7 +577,9 @@ def make_row(index: int, entry: dict, program: Program, known_spills: dict | Non
                 where = "" if function == name else f" (in device function {function})"
                 listed = "" if known is None else f" (the known spills list {known[0]} stored, {known[1]} loaded)"
                 failures.append(f"spills{where}: {frame['spill_stores']} bytes stored, {frame['spill_loads']} bytes loaded{listed}")
-    if entry["kernel"] == FLASH_FORWARD and (want := flash_expected(entry["spec"])) is not None:
+    if (want := flash_expected(entry["kernel"], entry["spec"])) is not None:
+        # A listed spill is the local memory a loop may hold (checked above not to grow).
+        want["spill_known"] = known is not None
         row["loop_expected"] = want
         failures.extend(flash_gate(row["loop"], want))
     if entry["tensor_cores"] and not program.mma:
@@ -586,20 +599,20 @@ def loop_table(rows: list[dict]) -> str:
     """The tensor-core forward's inner loop per key block and warp beside the formula, and a cycle
     bound per cube and block (FLASH.md section 6: 4 warps; the most of HMMA x 2, MUFU x 2, LDSM x 4
     and the instructions / 4, the SM's four schedulers), per 1,024 query-key pairs."""
-    head = ["spec", "arch", "instructions", "HMMA (formula)", "MUFU.EX2 (formula)", "LDSM (formula)",
+    head = ["kernel", "spec", "arch", "instructions", "HMMA (formula)", "MUFU.EX2 (formula)", "LDSM (formula)",
             "SHFL", "BAR", "LDS/STS", "local", "LDGSTS", "cycles a block (bound by)", "per 1k pairs", "gate"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         want, loop = r.get("loop_expected"), r.get("loop")
         if not want or not loop:
             continue
-        m = re.search(r"block (\d+) .*rows (\d+)", r["spec"])
-        bc, mw = int(m.group(1)), int(m.group(2))
+        bc, mw = want["keys"], want["rows"]
         bounds = {"HMMA": 4 * loop["hmma"] * 2, "MUFU": 4 * loop["mufu_ex2"] * 2,
                   "LDSM": 4 * loop["ldsm"] * 4, "issue": loop["instructions"]}
         bound = max(bounds, key=bounds.get)
         cycles = bounds[bound]
-        values = [r["spec"], f"sm_{r['arch']}", loop["instructions"], f"{loop['hmma']} ({want['hmma']})",
+        kernel = {FLASH_FORWARD: "forward", FLASH_KEYS: "dK/dV", FLASH_QUERIES: "dQ"}[r["kernel"]]
+        values = [kernel, r["spec"], f"sm_{r['arch']}", loop["instructions"], f"{loop['hmma']} ({want['hmma']})",
                   f"{loop['mufu_ex2']} ({want['mufu_ex2']})", f"{loop['ldsm']} ({want['ldsm']})",
                   loop["shfl_bfly"], loop["bar"], f"{loop['lds']}/{loop['sts']}", loop["local"], loop["ldgsts"],
                   f"{cycles} ({bound})", f"{1024 * cycles / (4 * mw * bc):.0f}",
@@ -726,7 +739,7 @@ def run(folder: str, jobs: int, quiet: bool = False, spills: str | None = None,
         table(rows), "",
         "Per kernel family, the worst theoretical occupancy of the entries that can launch (limiter; spec):", "",
         summary(rows), "",
-    ] + ([f"The tensor-core forward's inner loop per key block and warp, beside FlashAttention-2's formula "
+    ] + ([f"The tensor-core kernels' inner loops per block and warp, beside FlashAttention-2's formula "
           f"(tools/cuda/selftest/fa2_probe.cu: 335 instructions, 64 HMMA, 34 MUFU.EX2, 32 LDSM, 4 SHFL, 2 BAR, "
           f"8 LDGSTS at 16 rows, 64 keys, width 64: 512 cycles a block, bound by LDSM, 128 per 1k pairs):", "",
           loop_table(rows), ""] if loop_table(rows) else []) + [
