@@ -293,9 +293,9 @@ fn split_keys_across_their_boundaries() {
     );
 }
 
-/// f32 alone: the emulated forward (issue 72) holds one barrier per exchange of its virtual
+/// f32 alone: the emulated kernels (issue 72) hold a barrier per exchange of their virtual
 /// warps, each a suspend point of llvmpipe's coroutines, and in f16 LLVM took minutes a width
-/// (245 s for width 64 with a bias, `issue_rows`). The index logic is the dtype's only through
+/// (245 s for the forward at width 64 with a bias, `issue_rows`, at one exchange a product). The index logic is the dtype's only through
 /// the plan (the stages that fit), which f32 takes across every boundary at every width; f16
 /// and bf16 go through the emulation in `flash.rs` (`check_half`) and `issue_rows`, and through
 /// these boundaries natively in the GPU kit's `--check-tensor-cores`.
