@@ -29,6 +29,12 @@ use common::{twin_device, wgpu_devices};
 /// Every head width the tensor-core sweep takes: its plans pad to 16 (40 to 48, 96 stays), so
 /// the odd widths are plans of their own.
 const WIDTHS: [usize; 5] = [32, 40, 64, 96, 128];
+/// The widths the tensor-core sweep takes every row count at, with gradients: one per plan of
+/// its backward (two m-tiles a warp at 32; one, padded, at 40; one and the narrow dK/dV steps at
+/// 128). Widths 64 and 96 repeat the plans of 40 at more seconds of LLVM a kernel (the emulated
+/// backward's two kernels a width, issue 72: the kernels binary took 2,591 s on this machine with
+/// every width), and take their gradients in `flash.rs` (64) and `issue_rows` (64) instead.
+const GRADIENT_WIDTHS: [usize; 3] = [32, 40, 128];
 /// The widths the register, shared and split sweeps take: one per plan of theirs (f32 on
 /// lavapipe). Rows a register unit: 8 at widths 32 and 40, 2 at 64 and 96, 1 at 128; a shared
 /// unit's rows and keys a stage: 2 and 64 at 32, 1 and 64 at 40, 1 and 32 at 64 and 96, 1 and
@@ -230,7 +236,7 @@ fn sweep(
             // register kernels' row counts took 180 s at width 40 alone. Those take the most rows
             // (forward) here, and their row counts and halves in `flash.rs` (1, 7, 63, 65 and
             // 1,000 rows); the tensor-core kernels, one kernel per width whatever the lengths,
-            // take every row count at every width.
+            // take every row count at one width per plan of their backward (`GRADIENT_WIDTHS`).
             if rows_at.contains(&d) {
                 for &rows in &b.queries {
                     forward(autodiff, rows, rows, true);
@@ -295,8 +301,9 @@ fn split_keys_across_their_boundaries() {
 
 /// f32 alone: the emulated kernels (issue 72) hold a barrier per exchange of their virtual
 /// warps, each a suspend point of llvmpipe's coroutines, and in f16 LLVM took minutes a width
-/// (245 s for the forward at width 64 with a bias, `issue_rows`, at one exchange a product). The index logic is the dtype's only through
-/// the plan (the stages that fit), which f32 takes across every boundary at every width; f16
+/// (245 s for the forward at width 64 with a bias, `issue_rows`, at one exchange a product).
+/// The index logic is the dtype's only through the plan (the stages that fit), which f32 takes
+/// across every boundary (the forward at every width, the gradients at one width a plan); f16
 /// and bf16 go through the emulation in `flash.rs` (`check_half`) and `issue_rows`, and through
 /// these boundaries natively in the GPU kit's `--check-tensor-cores`.
 #[test]
@@ -305,7 +312,7 @@ fn tensor_core_kernel_across_its_boundaries() {
         FlashVariant::TensorCores,
         None,
         &WIDTHS,
-        &WIDTHS,
+        &GRADIENT_WIDTHS,
         &[DType::F32],
     );
 }
