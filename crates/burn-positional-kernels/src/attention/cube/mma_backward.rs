@@ -21,8 +21,8 @@
 //! these two kernels recompute S and dP in the dQ kernel instead (7 products), which keeps the
 //! backward deterministic (the same gradients run to run, what training reproducibility and the
 //! tests' comparisons want) with no f32 atomics in the inner loop and no zeroed dQ buffer.
-//! Both kernels are register-resident, so the extra products cost tensor-core time, not memory
-//! traffic. The T5 table's gradient (one sum per clamped distance) takes the shared backward:
+//! The price is the dQ kernel's own walk over the keys and values (staged again from device
+//! memory) and its two extra products; which of the two ways is faster on a GPU is not measured. The T5 table's gradient (one sum per clamped distance) takes the shared backward:
 //! per-row tables of `2 reach + 1` sums do not fit a lane's registers.
 //!
 //! `dK` and `dQ` are written times the score scale. With `emulate`, every warp operation is the

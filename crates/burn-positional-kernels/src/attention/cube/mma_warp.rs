@@ -84,8 +84,9 @@ pub(super) fn a_fragment<F: Float>(
 /// exchanges since its last barrier so that the slots alternate), one `sync_cube`, and each
 /// lane sums its accumulators in f32 with B read from the stage at the element's own swizzled
 /// address. A barrier is a suspend point of llvmpipe's coroutines, whose split grows faster
-/// than linearly with them: one a slice rather than one a product (issue 72: the backward's two
-/// kernels took LLVM most of an hour on lavapipe with one barrier a product).
+/// than linearly with them: one a slice rather than one a product (issue 72: with one barrier a
+/// product, LLVM was still splitting the backward's kernels after 15 minutes of the first
+/// test, when it was stopped).
 #[cube]
 pub(super) fn warp_product<F: Float>(
     a: &Sequence<Array<Vector<F, Const<2>>>>,
