@@ -22,8 +22,9 @@
 //! backward deterministic (the same gradients run to run, what training reproducibility and the
 //! tests' comparisons want) with no f32 atomics in the inner loop and no zeroed dQ buffer.
 //! The price is the dQ kernel's own walk over the keys and values (staged again from device
-//! memory) and its two extra products; which of the two ways is faster on a GPU is not measured. The T5 table's gradient (one sum per clamped distance) takes the shared backward:
-//! per-row tables of `2 reach + 1` sums do not fit a lane's registers.
+//! memory) and its two extra products; which of the two ways is faster on a GPU is not measured.
+//! The T5 table's gradient (one sum per clamped distance) takes the shared backward: per-row
+//! tables of `2 reach + 1` sums do not fit a lane's registers.
 //!
 //! `dK` and `dQ` are written times the score scale. With `emulate`, every warp operation is the
 //! fragment layer's emulation (CI, lavapipe), at blocks of 16 ([`plan`]).
