@@ -363,7 +363,8 @@ def flash_expected(kernel: str, spec: str) -> dict | None:
     the forward (Mw query rows a warp, Bc keys a block: S and P V), the backward's dQ kernel
     (S, dP, dS K: one exp a score) and its dK/dV kernel (16 keys a warp, Bc query rows a step:
     S, dP, dV, dK; each query's log-sum-exp and D read from shared memory, the next block's two
-    stored there). None for an emulated spec (no tensor cores) or another kernel."""
+    stored there; with a table gradient, its sums through shared memory). None for an emulated
+    spec (no tensor cores) or another kernel."""
     m = re.search(r"d(\d+)/(\d+) .*block (\d+) stages (\d+)(?: rows (\d+))?", spec)
     if not m or "emulated" in spec or kernel not in (FLASH_FORWARD, FLASH_KEYS, FLASH_QUERIES):
         return None
@@ -377,6 +378,13 @@ def flash_expected(kernel: str, spec: str) -> dict | None:
     elif kernel == FLASH_QUERIES:
         want.update(hmma=mw * bc * (2 * dh + dvp) // 2048, mufu_ex2=mw * bc // 32,
                     ldsm=bc * (2 * dh + dvp) // 256)
+        if "table gradient" in spec:
+            # A T5 table's gradient (mma_backward.rs, `table_block`): on the blocks whose
+            # distances reach inside the table, each lane stores its dS (Mw Bc / 32 a lane) and
+            # sums its diagonals of the warp's tile (Mw loads each, one load and store of the
+            # table entry): the gradient's sums, not scores or P for a product.
+            rounds = -(-(mw + bc - 1) // 32)
+            want.update(sts=mw * bc // 32 + rounds, lds=4 + rounds * (mw + 1))
     else:
         want.update(hmma=16 * bc * 2 * (dh + dvp) // 2048, mufu_ex2=16 * bc // 32,
                     ldsm=2 * bc * (dh + dvp) // 256, lds=4 + bc // 2, sts=2, rows=bc, keys=16)

@@ -472,8 +472,9 @@ fn check_variant(
     wide: bool,
 ) -> u64 {
     let _forcing = crate::forcing(variant);
-    // The tensor-core backward leaves a distance table's own gradient to the shared one: its
-    // launches are counted too, under the shared variant's lock.
+    // The tensor-core backward leaves a distance table's own gradient at explicit positions
+    // (packed or shared ones) to the shared one: its launches are counted too, under the
+    // shared variant's lock.
     let fallback = FlashVariant::Shared;
     let _fallback = (variant == FlashVariant::TensorCores).then(|| crate::forcing(fallback));
     let fallback_before = flash_variant_backward_launches(fallback);
@@ -585,14 +586,21 @@ fn shared_kernel_equals_the_slow_twin() {
 /// compiled kernel costs seconds of LLVM on lavapipe: the 65-token cases take every value of
 /// every option and each comptime branch (one, two and four heads of a group; blocks crossed;
 /// tiles whose window starts their keys past 0; rows and keys past the sequence; the distance
-/// table's gradient, which the shared backward takes), the 1-token ones a decoding step; the
+/// table's gradient, summed by diagonals at sequential positions and offsets, by the shared
+/// backward at explicit ones), the 1-token ones a decoding step; the 1000-token table with a
+/// window (its gradient's blocks whose distances all clamp to the first entry or all to the
+/// last, which 65 tokens in one tile of rows never have); the
 /// wide heads (64 and 40: padded to 64 and 48) and the half-precision check.
 #[test]
 fn tensor_core_kernel_equals_the_slow_twin() {
     let extra = check_variant(
         FlashVariant::TensorCores,
         None,
-        |case| case.seq_q == 65 || case.seq_q == 1,
+        |case| {
+            case.seq_q == 65
+                || case.seq_q == 1
+                || (case.seq_q == 1000 && matches!(case.bias, Bias::ByDistance))
+        },
         true,
     );
     assert_eq!(extra, 0, "tensor-core launches from elsewhere");

@@ -26,14 +26,22 @@ use burn::tensor::Device;
 /// runs for a dtype.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum FlashVariant {
-    /// By the device: [`FlashVariant::Registers`] on an adapter that is a CPU (lavapipe,
-    /// llvmpipe, the CubeCL CPU runtime: those report no physical card), otherwise
-    /// [`FlashVariant::Shared`], in every dtype. On an H200 through CUDA (`docs/gpu.md`, 2026-11-28)
-    /// the shared forward took 3.8 ms where the tensor-core one took 9.4 ms (f16, causal,
-    /// `[1, 8, 8192, 32]`), the backwards 20.1 and 20.4 ms, and the tensor-core (WMMA) kernels
-    /// of then gave wrong numbers at head widths 40 and 96. Their successors on `mma.sync`
-    /// (issue 72) have not run on a GPU yet: `Auto` picks them once a GPU run measures them
-    /// ahead and right.
+    /// By the device and the dtype: [`FlashVariant::Registers`] on an adapter that is a CPU
+    /// (lavapipe, llvmpipe, the CubeCL CPU runtime: those report no physical card);
+    /// [`FlashVariant::TensorCores`] for f16 and bf16 on a GPU that runs `mma.sync` for that
+    /// dtype (CUDA on sm_80 and up), except a forward with fewer tiles than the device has
+    /// multiprocessors that the shared kernel would split by keys (a decoding step: one row over
+    /// a long cache), which takes the shared kernel's split keys;
+    /// otherwise [`FlashVariant::Shared`] (f32 everywhere, and every dtype on wgpu, which has no
+    /// `mma.sync`).
+    ///
+    /// Why: on an H200 through CUDA (`docs/gpu.md`, 2026-11-28) the shared forward took 3.8 ms
+    /// where the WMMA kernel of then took 9.4 ms (f16, causal, `[1, 8, 8192, 32]`), 19x PyTorch's
+    /// FlashAttention-2. Its successor on `mma.sync` (issue 72) has FlashAttention-2's inner loop
+    /// instruction for instruction in NVRTC's SASS (the tensor-core products, one `MUFU.EX2` a
+    /// weight, two barriers a block, no local memory: `tools/cuda/kernels.py`'s gate), where
+    /// the shared kernel runs every product on FMA units; it has not been timed on a GPU yet
+    /// (the kit's `--check-tensor-cores` and attention rows do that on the next lease).
     #[default]
     Auto,
     /// Each unit keeps a few query rows in registers and reads keys and values straight from
@@ -55,15 +63,15 @@ pub enum FlashVariant {
     /// row sees whole skip the mask tests. The backward is FlashAttention-2's on the same
     /// fragments, in two kernels: dK and dV with each warp's 16 keys in registers over the
     /// query blocks of every head of the group, and dQ on the forward's tiles, which recomputes
-    /// the scores instead of adding into dQ by atomics (deterministic gradients). A distance
-    /// table's own gradient takes the shared backward.
+    /// the scores instead of adding into dQ by atomics (deterministic gradients), with ALiBi's
+    /// slope gradient and a distance table's (summed by the table's diagonals, without
+    /// atomics). A distance table's gradient at explicit positions takes the shared backward.
     ///
     /// Where the device has no `mma.sync` at all (WGSL, lavapipe), the same kernels run with
     /// each warp emulated by 32 units exchanging through shared memory: slower, and what CI
     /// checks. f32 on a device that has `mma.sync` for the halves takes the shared kernel.
     ///
-    /// Only when asked for: `Auto` never picks it (see there; the kernels on `mma.sync` have
-    /// been compiled for NVIDIA GPUs by NVRTC but have not run on one yet).
+    /// `Auto` picks it for f16 and bf16 on a GPU with `mma.sync` for the dtype (see there).
     TensorCores,
 }
 
@@ -165,7 +173,8 @@ pub fn flash_variant(device: &Device) -> FlashVariant {
 
 /// The kernel the calling thread's next attention on `device` with inputs of `dtype` runs,
 /// resolved as [`flash_variant`] resolves it: `Auto` is [`FlashVariant::TensorCores`] for f16
-/// and bf16 on a GPU whose cooperative matrices take that dtype.
+/// and bf16 on a GPU with `mma.sync` for that dtype (a decoding step's forward, too small a
+/// grid for the device, still takes the shared kernel: see [`FlashVariant::Auto`]).
 ///
 /// # Panics
 ///
@@ -235,30 +244,34 @@ fn env_variant() -> FlashVariant {
     })
 }
 
-/// `Auto` decided by the device: a CPU-type adapter (no physical card: lavapipe, llvmpipe, the
-/// CubeCL CPU runtime) runs the register kernel, anything else the shared-memory one.
+/// `variant` resolved for inputs of `dtype` on a device with these `properties`: `Auto` is the
+/// register kernel on a CPU-type adapter (no physical card: lavapipe, llvmpipe, the CubeCL CPU
+/// runtime), the tensor-core kernel for f16 and bf16 where the device has `mma.sync` for them
+/// ([`mma_ready`]), the shared-memory one otherwise. A forced variant is answered as is (the
+/// launch may still fall back: a head too wide for the shared memory, a device without
+/// `mma.sync`).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) fn resolve(
     variant: FlashVariant,
-    identity: &cubecl::ir::DeviceIdentity,
+    properties: &cubecl::ir::DeviceProperties,
+    dtype: burn::tensor::DType,
 ) -> FlashVariant {
     match variant {
-        FlashVariant::Auto if identity.physical.is_none() => FlashVariant::Registers,
+        FlashVariant::Auto if properties.identity.physical.is_none() => FlashVariant::Registers,
+        FlashVariant::Auto if mma_ready(properties, dtype) => FlashVariant::TensorCores,
         FlashVariant::Auto => FlashVariant::Shared,
         forced => forced,
     }
 }
 
-/// `variant` resolved for a launch on `client` with inputs of `dtype`: [`resolve`] (`Auto` is
-/// never the tensor-core kernel: [`FlashVariant::Auto`] says why).
+/// `variant` resolved for a launch on `client` with inputs of `dtype`: [`resolve`].
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) fn pick(
     variant: FlashVariant,
     client: &cubecl::client::Client,
     dtype: burn::tensor::DType,
 ) -> FlashVariant {
-    let _ = dtype;
-    resolve(variant, &client.properties().identity)
+    resolve(variant, &client.properties(), dtype)
 }
 
 /// Whether the device runs `mma.sync.m16n8k16` with `dtype` operands (f16 or bf16 only) and

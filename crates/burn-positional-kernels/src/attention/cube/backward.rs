@@ -435,12 +435,21 @@ pub(crate) fn launch_backward(
     };
 
     let cpu_adapter = properties.identity.physical.is_none();
-    // The tensor-core backward, but for a distance table's gradient (`mma_backward.rs`).
+    // The tensor-core backward (`mma_backward.rs`), but for a distance table's gradient at
+    // explicit positions (its sums follow the diagonals of sequential ones). Its tables take
+    // `bias_slots` entries, as the shared backward's units do.
+    let table_slots = if bias_width > 1 { bias_slots } else { 0 };
     if variant == FlashVariant::TensorCores
-        && bias_width <= 1
+        && !(table_slots > 0 && tile.explicit)
         && let Some(emulate) = super::mma::emulation(&properties, dtype)
-        && let Some(plan) =
-            super::mma_backward::plan(&sizes, group, dtype.size(), &properties.hardware, emulate)
+        && let Some(plan) = super::mma_backward::plan(
+            &sizes,
+            group,
+            dtype.size(),
+            &properties.hardware,
+            emulate,
+            table_slots,
+        )
         && !super::mma::cut_short(plan.iterations(&sizes, group), emulate, cpu_adapter)
     {
         use super::mma_backward::{KEYS_PER_CUBE, flash_mma_dq_kernel};
@@ -448,8 +457,18 @@ pub(crate) fn launch_backward(
         count_backward_launch(FlashVariant::TensorCores);
         let rows = plan.queries.rows();
         let query_tiles = sizes.seq_q.div_ceil(rows);
+        // ALiBi: a slope gradient a row; a table: one table a warp.
         let partial = empty(
-            Shape::new([sizes.batch, sizes.n_heads, query_tiles * rows, 1]),
+            Shape::new(if table_slots > 0 {
+                [
+                    sizes.batch,
+                    sizes.n_heads,
+                    query_tiles * plan.queries.tiles,
+                    bias_width,
+                ]
+            } else {
+                [sizes.batch, sizes.n_heads, query_tiles * rows, 1]
+            }),
             DType::F32,
         );
         let mut values = ScalarValues::new(&sizes, tile, rows, &positions, dtype, 0);
@@ -466,7 +485,8 @@ pub(crate) fn launch_backward(
         // heads; the dQ cubes read q, grad, lse, delta and write dq at rows `i < seq_q` of heads
         // `kv_head * group + run * span + w / tiles < n_heads`, read k and v at keys
         // `j0 + min(r, valid - 1) < seq_k`, and write each row of `partial`, whose shape counts
-        // every row of every query tile, once. The bias, positions, segments and padding are
+        // every row of every query tile (ALiBi) or every warp of every query tile (a table of
+        // `bias_width` entries, shared memory of `table_slots >= bias_width` a warp), once. The bias, positions, segments and padding are
         // read as the forward reads them; shared memory as the plan fitted it.
         unsafe {
             flash_mma_dkv_kernel::launch_unchecked(
@@ -531,6 +551,7 @@ pub(crate) fn launch_backward(
                 plan.queries.m_tiles,
                 plan.queries.stages,
                 general,
+                table_slots,
                 emulate,
                 dtypes,
             );

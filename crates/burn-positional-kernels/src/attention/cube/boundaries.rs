@@ -60,8 +60,9 @@ pub(crate) fn boundaries(
         FlashVariant::TensorCores => {
             let forward = mma
                 .and_then(|emulate| super::mma::plan(&long, group, elem_size, hardware, emulate));
-            let backward = mma
-                .and_then(|emulate| mma_backward::plan(&long, group, elem_size, hardware, emulate));
+            let backward = mma.and_then(|emulate| {
+                mma_backward::plan(&long, group, elem_size, hardware, emulate, 0)
+            });
             fits = forward.is_some() && backward.is_some();
             // The forward's one run-time loop walks blocks: llvmpipe's loop limit is millions of
             // keys away.

@@ -251,14 +251,82 @@ fn backward(
     let name = |what: String| {
         format!("{dtype:?} d{d_head}/{d_v} group {group} bias slots {bias_slots}: {what}")
     };
-    // The tensor-core backward takes no table's gradient (its `bias_slots` are 1).
+    // The tensor-core backward: plain and general scores, and the dQ kernel with a T5 table's
+    // gradient (the kit's reach of 128: 512 slots) at every width and group of the check.
     if bias_slots == BIAS_SLOTS[0]
         && let Some(emulate) = mma::emulation(properties, dtype)
-        && let Some(plan) =
-            mma_backward::plan(&sizes, group, dtype.size(), &properties.hardware, emulate)
+        && let Some(plan) = mma_backward::plan(
+            &sizes,
+            group,
+            dtype.size(),
+            &properties.hardware,
+            emulate,
+            0,
+        )
     {
         let emulated = if emulate { " (emulated)" } else { "" };
         let units = CubeDim::new_1d(plan.queries.units() as u32);
+        let dq = |plan: &mma_backward::MmaBackwardPlan, general: bool, table_slots: usize| {
+            let scores = if table_slots > 0 {
+                format!("general scores, table gradient of {table_slots} slots")
+            } else if general {
+                "general scores".to_string()
+            } else {
+                "plain scores".to_string()
+            };
+            let kernel = mma_backward::flash_mma_dq_kernel::create_dummy_kernel(
+                properties.clone(),
+                target.target.clone(),
+                CubeCount::Static(1, 1, 1),
+                units,
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(2),
+                tensor(2),
+                tensor(2),
+                tensor(2),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                scalars(),
+                group as u32,
+                plan.queries.span as u32,
+                d_head,
+                d_v,
+                plan.queries.block,
+                plan.queries.m_tiles,
+                plan.queries.stages,
+                general,
+                table_slots,
+                emulate,
+                dtypes,
+            );
+            Case::new(
+                "attention backward: tensor cores, queries",
+                name(format!(
+                    "block {} stages {} rows {}, {scores}{emulated}",
+                    plan.queries.block,
+                    plan.queries.stages,
+                    plan.queries.m_tiles * mma::M_TILE
+                )),
+                !emulate,
+                kernel,
+            )
+        };
+        let table_slots = BIAS_SLOTS[1];
+        if let Some(plan) = mma_backward::plan(
+            &sizes,
+            group,
+            dtype.size(),
+            &properties.hardware,
+            emulate,
+            table_slots,
+        ) {
+            cases.push(dq(&plan, true, table_slots));
+        }
         for general in [false, true] {
             let scores = if general { "general" } else { "plain" };
             let keys = mma_backward_keys::flash_mma_dkv_kernel::create_dummy_kernel(
@@ -297,46 +365,7 @@ fn backward(
                 !emulate,
                 keys,
             ));
-            let queries = mma_backward::flash_mma_dq_kernel::create_dummy_kernel(
-                properties.clone(),
-                target.target.clone(),
-                CubeCount::Static(1, 1, 1),
-                units,
-                tensor(4),
-                tensor(4),
-                tensor(4),
-                tensor(2),
-                tensor(2),
-                tensor(2),
-                tensor(2),
-                tensor(4),
-                tensor(4),
-                tensor(4),
-                tensor(4),
-                tensor(4),
-                scalars(),
-                group as u32,
-                plan.queries.span as u32,
-                d_head,
-                d_v,
-                plan.queries.block,
-                plan.queries.m_tiles,
-                plan.queries.stages,
-                general,
-                emulate,
-                dtypes,
-            );
-            cases.push(Case::new(
-                "attention backward: tensor cores, queries",
-                name(format!(
-                    "block {} stages {} rows {}, {scores} scores{emulated}",
-                    plan.queries.block,
-                    plan.queries.stages,
-                    plan.queries.m_tiles * mma::M_TILE
-                )),
-                !emulate,
-                queries,
-            ));
+            cases.push(dq(&plan, general, 0));
         }
     }
     // As the forward's: one specialization of the shared and register kernels for every group.
@@ -440,6 +469,65 @@ mod tests {
             for (dtype, native) in [(DType::F16, true), (DType::BF16, true), (DType::F32, false)] {
                 let p = &target.properties;
                 assert_eq!(mma_ready(p, dtype), native, "{} {dtype:?} mma", gpu.name);
+            }
+        }
+    }
+
+    /// `Auto` on these GPUs: the tensor-core kernels for the halves, the shared kernel for
+    /// f32; a forced variant is kept whatever the dtype.
+    #[test]
+    fn auto_takes_the_tensor_cores_for_halves_on_the_gpus() {
+        use crate::FlashVariant::{Auto, Registers, Shared, TensorCores};
+        use crate::attention::variant::resolve;
+        for gpu in [H100, A100] {
+            let p = &Target::for_tests(gpu).properties;
+            for (dtype, auto) in [
+                (DType::F16, TensorCores),
+                (DType::BF16, TensorCores),
+                (DType::F32, Shared),
+            ] {
+                assert_eq!(resolve(Auto, p, dtype), auto, "{} {dtype:?}", gpu.name);
+                for forced in [Registers, Shared, TensorCores] {
+                    assert_eq!(resolve(forced, p, dtype), forced, "{} {dtype:?}", gpu.name);
+                }
+            }
+        }
+    }
+
+    /// The forward's exception: a decoding step (one query row a head over 4,096 keys) is
+    /// split by the shared kernel, so `Auto` leaves it there; the prefill shapes fill
+    /// the device with the tensor-core kernel's own tiles.
+    #[test]
+    fn auto_leaves_decoding_steps_to_the_split_keys() {
+        use crate::attention::Sizes;
+        let sizes = |heads: usize, kv: usize, seq_q: usize, seq_k: usize, d: usize| Sizes {
+            batch: 1,
+            n_heads: heads,
+            n_kv_heads: kv,
+            seq_q,
+            seq_k,
+            d_head: d,
+            d_v: d,
+        };
+        for gpu in [H100, A100] {
+            let hardware = &Target::for_tests(gpu).properties.hardware;
+            let splits = |s: Sizes| {
+                super::super::split::splits_for_auto(
+                    &s,
+                    s.n_heads / s.n_kv_heads,
+                    2,
+                    hardware,
+                    None,
+                )
+            };
+            assert!(splits(sizes(8, 8, 1, 4096, 128)), "{}", gpu.name);
+            assert!(splits(sizes(32, 8, 1, 4096, 64)), "{}", gpu.name);
+            for (heads, seq, d) in [(8, 8192, 32), (32, 2048, 64), (32, 4096, 128)] {
+                assert!(
+                    !splits(sizes(heads, heads, seq, seq, d)),
+                    "{} {seq} {d}",
+                    gpu.name
+                );
             }
         }
     }

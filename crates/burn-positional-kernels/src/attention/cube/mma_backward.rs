@@ -23,8 +23,15 @@
 //! tests' comparisons want) with no f32 atomics in the inner loop and no zeroed dQ buffer.
 //! The price is the dQ kernel's own walk over the keys and values (staged again from device
 //! memory) and its two extra products; which of the two ways is faster on a GPU is not measured.
-//! The T5 table's gradient (one sum per clamped distance) takes the shared backward: per-row
-//! tables of `2 reach + 1` sums do not fit a lane's registers.
+//! The distance table's gradient (T5's, one sum per clamped distance; `table_slots > 0`) is
+//! summed per warp into a table in shared memory, deterministically and without atomics
+//! ([`table_block`]): on a block whose distances all clamp to one end of the table, each
+//! lane's `dS` go to its sum for that end (a register); on a block that reaches inside, the
+//! warp's `dS` tile goes to shared memory and each lane sums one diagonal of it (a distance,
+//! with sequential positions), which it alone adds to its table entry. At the end the ends'
+//! sums are reduced over the warp in a fixed order and each warp writes its table, summed on
+//! the host as the other kernels' partial tables. Explicit positions (no diagonals) take the
+//! shared backward.
 //!
 //! `dK` and `dQ` are written times the score scale. With `emulate`, every warp operation is the
 //! fragment layer's emulation (CI, lavapipe), at blocks of 16 ([`plan`]).
@@ -99,7 +106,9 @@ pub(super) fn score<F: Float>(
 
 /// dQ cubes: the forward's tiles and geometry (`plan`); see the module. `dbias` holds each
 /// row's ALiBi slope gradient, `[batch, n_heads, query tiles x rows, 1]` in `C` (written when
-/// `BIAS_GRAD` is set, zeros at rows past `seq_q`).
+/// `BIAS_GRAD` is set, zeros at rows past `seq_q`), or with `table_slots > 0` (a power of two at
+/// least the table's `2 reach + 1` entries; sequential positions only) each warp's part of the
+/// distance table's gradient, `[batch, n_heads, query tiles x tiles, 2 reach + 1]`.
 #[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     q: &Tensor<F>,
@@ -123,11 +132,13 @@ pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
     #[comptime] m_tiles: usize,
     #[comptime] stages: usize,
     #[comptime] general: bool,
+    #[comptime] table_slots: usize,
     #[comptime] emulate: bool,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
     let dh = comptime!(d_head.next_multiple_of(16));
     let dvp = comptime!(d_v.next_multiple_of(16));
+    let table = comptime!(table_slots > 0);
     let k_slices = comptime!(d_head.next_multiple_of(16) / 16);
     let v_slices = comptime!(d_v.next_multiple_of(16) / 16);
     let n_pairs = comptime!(block / 16);
@@ -160,6 +171,24 @@ pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
         Shared::<[f32]>::new_slice(comptime!(if emulate { WARPS * MMA_SCRATCH } else { 1 }));
     let mut lanes =
         Shared::<[u32]>::new_slice(comptime!(if emulate { WARPS * LANE_SCRATCH } else { 1 }));
+    // The distance table's gradient: each warp's `dS` tile of a block and its table.
+    let tile_size = comptime!(warp_rows * block);
+    let mut ds_s =
+        Shared::<[f32]>::new_slice(comptime!(if table { WARPS * warp_rows * block } else { 1 }));
+    let mut table_s =
+        Shared::<[f32]>::new_slice(comptime!(if table { WARPS * table_slots } else { 1 }));
+    let mut ends = Array::<f32>::new(2usize);
+    ends[0] = 0.0;
+    ends[1] = 0.0;
+    if comptime!(table) {
+        #[unroll]
+        for t in 0..comptime!(table_slots.div_ceil(WARP)) {
+            let slot = t * WARP + lane;
+            if slot < table_slots {
+                table_s[w * table_slots + slot] = 0.0;
+            }
+        }
+    }
 
     // The warp's rows of Q and dO as A fragments; per row slot `2 mt + h` (row `g + 8 h` of
     // m-tile `mt`) its place, log-sum-exp (times log2 e), `D` and slope gradient.
@@ -301,6 +330,13 @@ pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
         // dS in S's place: pair `h` of n8-tile `n` holds row `g + 8 h`, keys
         // `j0 + 8 n + 2 quad + {0, 1}`.
         let full = classify && full_block(&p, r0, min(r0 + rows, seq_q) - 1, j0, block);
+        // The distances this block's pairs span, over the cube's rows (the same on every unit):
+        // whether any lies inside the table, or all clamp to its first (`low`) or last entry.
+        let first_rel = p.key_offset + j0 as i32 - (p.query_offset + (r0 + rows - 1) as i32);
+        let last_rel = p.key_offset + (j0 + block - 1) as i32 - (p.query_offset + r0 as i32);
+        let inside = last_rel > -p.reach && first_rel < p.reach;
+        let low = last_rel <= -p.reach;
+        let mut edge = 0.0f32;
         #[unroll]
         for n in 0..comptime!(block / 8) {
             #[unroll]
@@ -350,10 +386,38 @@ pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
                         }
                         d_slope[r] -= ds * f32::cast_from(distance);
                     }
+                    if comptime!(table) {
+                        if inside {
+                            let at =
+                                ((r / 2) * M_TILE + g + 8 * (r % 2)) * block + n * 8 + 2 * quad + e;
+                            ds_s[w * tile_size + at] = ds;
+                        } else {
+                            edge += ds;
+                        }
+                    }
                     sp.insert(e, ds * factor);
                     acc_s.index_mut(at)[slot] = sp;
                 }
             }
+        }
+
+        if comptime!(table) {
+            table_block(
+                &ds_s,
+                &mut table_s,
+                &mut ends,
+                edge,
+                inside,
+                low,
+                &p,
+                j0 as i32 - i0 as i32,
+                w,
+                lane,
+                warp_rows,
+                block,
+                table_slots,
+                emulate,
+            );
         }
 
         // dQ += dS K: the stage's rows (keys) are the inner dimension.
@@ -424,10 +488,26 @@ pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
             }
         }
     }
+    if comptime!(table) {
+        table_out::<C>(
+            dbias,
+            &mut ds_s,
+            &mut table_s,
+            &ends,
+            &p,
+            (b * n_heads + head) * CUBE_COUNT_X as usize * tiles
+                + CUBE_POS_X as usize * tiles
+                + w % tiles,
+            w,
+            lane,
+            tile_size,
+            table_slots,
+        );
+    }
     // ALiBi's slope gradient: each row's sum across its quad, at the row's slot of its head's
     // `query tiles x rows` (zeros for rows past `seq_q`, whose scores are not masked on full
     // blocks).
-    if comptime!(general) {
+    if comptime!(general && !table) {
         #[unroll]
         for r in 0..row_slots {
             d_slope[r] = quad_sum(d_slope[r], &mut lanes, r % 2, emulate);
@@ -447,6 +527,114 @@ pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
     }
 }
 
+/// One block's part of the distance table's gradient in warp `w` (see the module): `edge`, this
+/// lane's `dS` of a block whose distances all clamp to one end (`low`: the first entry), goes to
+/// that end's sum (`ends`); a block with distances `inside` the table has the warp's `dS` tile
+/// in `ds_s` (`[rows, block]`, row `r` key `c` at distance `shift + c - r` from the keys' and
+/// queries' offsets), whose diagonals lane `lane` sums in turn (diagonals `lane`, `lane + 32`,
+/// ...), each into the table entry of its distance or an end's sum where it clamps. No two
+/// lanes touch one entry: a diagonal is one distance. Every unit of the cube calls it.
+#[cube]
+fn table_block(
+    ds_s: &[f32],
+    table_s: &mut [f32],
+    ends: &mut Array<f32>,
+    edge: f32,
+    inside: bool,
+    low: bool,
+    p: &Scalars,
+    shift: i32,
+    w: usize,
+    lane: usize,
+    #[comptime] rows: usize,
+    #[comptime] block: usize,
+    #[comptime] table_slots: usize,
+    #[comptime] emulate: bool,
+) {
+    let diagonals = comptime!(rows + block - 1);
+    if inside {
+        // The warp's tile written before any lane reads it (emulated: the virtual warp's units
+        // are the cube's).
+        if comptime!(emulate) {
+            sync_cube();
+        } else {
+            sync_plane();
+        }
+        let base = w * rows * block;
+        let first = p.key_offset - p.query_offset + shift - (rows - 1) as i32;
+        #[unroll]
+        for round in 0..comptime!(diagonals.div_ceil(WARP)) {
+            let diagonal = round * WARP + lane;
+            if diagonal < diagonals {
+                let mut sum = 0.0f32;
+                #[unroll]
+                for r in 0..rows {
+                    // Row r's key on this diagonal: c - r = diagonal - (rows - 1).
+                    let c = diagonal as i32 + r as i32 - (rows - 1) as i32;
+                    if c >= 0 && c < block as i32 {
+                        sum += ds_s[base + r * block + c as usize];
+                    }
+                }
+                let rel = first + diagonal as i32;
+                if rel <= -p.reach {
+                    ends[0] += sum;
+                } else if rel >= p.reach {
+                    ends[1] += sum;
+                } else {
+                    let at = w * table_slots + (rel + p.reach) as usize;
+                    table_s[at] += sum;
+                }
+            }
+        }
+    } else if low {
+        ends[0] += edge;
+    } else {
+        ends[1] += edge;
+    }
+}
+
+/// Warp `w`'s distance table out to `row` of `dbias` (`[.., 2 reach + 1]`): the ends' sums of
+/// its 32 lanes reduced in lane order (through `scratch`, a warp's `tile` words) and added to
+/// the first and last entries, then every entry written. Every unit of the cube calls it, after
+/// the block loop.
+#[cube]
+fn table_out<C: Float>(
+    dbias: &mut Tensor<C>,
+    scratch: &mut [f32],
+    table_s: &mut [f32],
+    ends: &Array<f32>,
+    p: &Scalars,
+    row: usize,
+    w: usize,
+    lane: usize,
+    #[comptime] tile: usize,
+    #[comptime] table_slots: usize,
+) {
+    let width = 2 * p.reach as usize + 1;
+    scratch[w * tile + lane] = ends[0];
+    scratch[w * tile + WARP + lane] = ends[1];
+    sync_cube();
+    if lane == 0 {
+        let mut first = 0.0f32;
+        let mut last = 0.0f32;
+        #[unroll]
+        for l in 0..WARP {
+            first += scratch[w * tile + l];
+            last += scratch[w * tile + WARP + l];
+        }
+        table_s[w * table_slots] += first;
+        table_s[w * table_slots + width - 1] += last;
+    }
+    sync_cube();
+    #[unroll]
+    for t in 0..comptime!(table_slots.div_ceil(WARP)) {
+        let slot = t * WARP + lane;
+        if slot < width {
+            dbias[row * width + slot] = C::cast_from(table_s[w * table_slots + slot]);
+        }
+    }
+}
+
 /// The backward's geometry: the dQ kernel's (the forward's [`MmaPlan`]), and the query rows a
 /// step of the dK/dV kernel and its stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -462,13 +650,16 @@ pub(super) struct MmaBackwardPlan {
 /// output took) except at widths up to 32; blocks of 64 keys up to width 64, 32 beyond; the
 /// dK/dV kernel's steps of 64 rows up to width 64, 16 beyond. Emulated, both take blocks of 16:
 /// the exchanges of `dS K` and `Pᵀ dO` count the block's slices, and each is a barrier, what
-/// bounds llvmpipe's compile time (`mma_warp::warp_product`).
+/// bounds llvmpipe's compile time (`mma_warp::warp_product`). With a distance table's gradient
+/// (`table_slots > 0`) the dQ cube's shared memory also holds each warp's `dS` tile and table
+/// (f32), which takes the next smaller block where the stages would not leave room.
 pub(super) fn plan(
     sizes: &Sizes,
     group: usize,
     elem_size: usize,
     hardware: &HardwareProperties,
     emulate: bool,
+    table_slots: usize,
 ) -> Option<MmaBackwardPlan> {
     let (dh, dvp) = (
         sizes.d_head.next_multiple_of(16),
@@ -505,8 +696,15 @@ pub(super) fn plan(
     let fits = |rows: usize, extra: usize| rows * ((dh + dvp) * elem_size + extra) + exchange;
     let choices =
         |blocks: &'static [usize]| blocks.iter().flat_map(|&block| [(block, 2), (block, 1)]);
-    let (block, stages) =
-        choices(blocks).find(|&(block, stages)| fits(stages * block, 0) <= budget)?;
+    let table = |block: usize| {
+        if table_slots == 0 {
+            0
+        } else {
+            WARPS * (m_tiles * M_TILE * block + table_slots) * 4
+        }
+    };
+    let (block, stages) = choices(blocks)
+        .find(|&(block, stages)| fits(stages * block, 0) + table(block) <= budget)?;
     let queries = MmaPlan {
         span,
         tiles: WARPS / span,

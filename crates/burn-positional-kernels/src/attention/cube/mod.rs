@@ -467,7 +467,22 @@ pub(crate) fn launch(
     );
     let group = sizes.n_heads / sizes.n_kv_heads;
     let properties = client.properties();
-    let variant = pick(args.variant, &client, dtype);
+    let mut variant = pick(args.variant, &client, dtype);
+    // `Auto`'s tensor-core kernel has no split keys: a grid of fewer tiles than the device's
+    // multiprocessors that the shared kernel would split (a decoding step: one query row over a
+    // long cache, `n_kv_heads x batch` cubes) runs there.
+    if args.variant == FlashVariant::Auto
+        && variant == FlashVariant::TensorCores
+        && split::splits_for_auto(
+            &sizes,
+            group,
+            dtype.size(),
+            &properties.hardware,
+            args.key_splits,
+        )
+    {
+        variant = FlashVariant::Shared;
+    }
     let cpu_adapter = properties.identity.physical.is_none();
     if variant == FlashVariant::TensorCores
         && let Some(emulate) = mma::emulation(&properties, dtype)

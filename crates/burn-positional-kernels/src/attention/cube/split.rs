@@ -45,6 +45,33 @@ pub(super) fn key_splits(
         .clamp(1, MAX_SPLITS)
 }
 
+/// Whether `Auto` runs a call the tensor-core forward would take on the shared forward with its
+/// keys split instead (flash-decoding): where the tensor-core kernel's grid (its tiles, which
+/// have no split keys) has fewer cubes than the device has multiprocessors and the shared
+/// forward would split the keys ([`key_splits`] over its plan's query tiles; `forced` as there).
+/// A decoding step is that: one query row over a long cache, `n_kv_heads x batch` cubes.
+pub(super) fn splits_for_auto(
+    sizes: &crate::attention::Sizes,
+    group: usize,
+    elem_bytes: usize,
+    hardware: &cubecl::ir::HardwareProperties,
+    forced: Option<usize>,
+) -> bool {
+    let sms = hardware
+        .num_streaming_multiprocessors
+        .map_or(TARGET_CUBES / 2, |sm| sm as usize);
+    let small = super::mma::plan(sizes, group, elem_bytes, hardware, false).is_some_and(|mma| {
+        let cubes =
+            sizes.seq_q.div_ceil(mma.rows()) * sizes.n_kv_heads * (group / mma.span) * sizes.batch;
+        cubes < sms
+    });
+    small
+        && super::shared::plan(sizes, group, elem_bytes, hardware).is_some_and(|plan| {
+            let tiles = sizes.seq_q.div_ceil(plan.rows);
+            key_splits(sizes, tiles, forced, hardware.num_streaming_multiprocessors) > 1
+        })
+}
+
 /// Unit per output element `[row, d]` of the final `[rows, d_v]` output: the splits' rows
 /// weighted by `exp(lse_s - lse)`, `lse = log Σ exp(lse_s)` over the splits (in f32), written
 /// in `F`; the unit of column 0 writes the row's log-sum-exp. A split that saw no key has the
