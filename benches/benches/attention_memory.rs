@@ -13,13 +13,15 @@
 //! `[1, 8, seq, 32]` without a bias, with ALiBi's slopes and with a T5-style table by distance,
 //! beside burn's own `attention` without a bias (no projections on either side).
 //!
-//! `DTYPE=f16` (or `bf16`) stores the op-alone cases' q, k, v and bias in that dtype, and
-//! `--adapter wgpu` prints the adapter a device name opens and whether it is a GPU (the GPU
-//! kit's first check, `tools/gpu/`). `--check-tensor-cores cuda` checks the tensor-core
-//! attention kernels on that device against the register kernel and the slow twin, forward and
-//! backward, in f16 and bf16, then sweeps the boundaries of their plans there
-//! (`flash_boundaries`): the GPU kit's check of the `mma.sync` path, which no CI machine can run; it
-//! exits non-zero on a mismatch.
+//! `DTYPE=f16` (or `bf16`) stores the op-alone cases' q, k, v and bias in that dtype;
+//! `HEADS` and `HEAD_DIM` set their query heads and width (8 and 32), `QUERIES` their query
+//! rows (the last of `seq`: a decoding step over a cache), as the GPU kit's tensor-core call
+//! takes issue 72's shapes. `--adapter wgpu` prints the adapter a device name opens and whether
+//! it is a GPU (the GPU kit's first check, `tools/gpu/`). `--check-tensor-cores cuda` checks
+//! the tensor-core attention kernels on that device against the register kernel and the slow
+//! twin, forward and backward, in f16 and bf16, then (without `--no-sweep`) sweeps the
+//! boundaries of their plans there (`flash_boundaries`): the GPU kit's check of the `mma.sync`
+//! path, which no CI machine can run; it exits non-zero on a mismatch.
 //!
 //! Past 700 lines for one reason: what the GPU kit runs of attention on a device, in the one
 //! binary the kit carries (`tools/gpu/kit/main.rs` links each bench's `main`), the tables and the
@@ -177,16 +179,29 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
     if scheme.starts_with("cache, ") {
         return cache_case(&device, scheme, seq);
     }
-    // "8 kv heads", "2 kv heads", "2 kv heads, repeated", "8 kv heads, window 256".
+    // "8 kv heads", "2 kv heads", "2 kv heads, repeated", "8 kv heads, window 256". The op
+    // alone takes `HEADS` query heads (8) of `HEAD_DIM` (32), and `QUERIES` query rows (all
+    // `seq`; fewer: the last rows, a decoding step over a cache of `seq` keys).
+    let env = |name: &str, default: usize| match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v}: expected a count")),
+        Err(_) => default,
+    };
+    let (n_heads, d_head) = (env("HEADS", N_HEADS), env("HEAD_DIM", D_MODEL / N_HEADS));
+    let queries = env("QUERIES", seq).min(seq);
     let (heads, variant) = scheme.split_once(", ").unwrap_or((scheme, ""));
     let run: Box<dyn Fn() -> Tensor<3>> = if let Some(heads) = heads.strip_suffix(" kv heads") {
-        let d_head = D_MODEL / N_HEADS;
         let n_kv: usize = heads.parse().expect("a head count");
-        let mut options = AttendOptions::new().causal(true);
+        assert!(
+            n_kv > 0 && n_heads % n_kv == 0,
+            "{scheme}: {n_kv} key/value heads must divide HEADS = {n_heads}"
+        );
+        let mut options = AttendOptions::new().causal(true).offset(seq - queries);
         match variant {
             "window 256" => options = options.window(burn_positional::Window::hf(WINDOW)),
             "alibi" => {
-                let slopes: Vec<f32> = burn_positional::score_bias::alibi_slopes(N_HEADS)
+                let slopes: Vec<f32> = burn_positional::score_bias::alibi_slopes(n_heads)
                     .into_iter()
                     .map(|m| m as f32)
                     .collect();
@@ -197,7 +212,7 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
                 // T5's table by clamped distance: 128 each way (its max_distance).
                 let reach = 128;
                 let bias = Tensor::<2>::random(
-                    [N_HEADS, 2 * reach + 1],
+                    [n_heads, 2 * reach + 1],
                     Distribution::Normal(0.0, 1.0),
                     &device,
                 )
@@ -207,16 +222,20 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
             }
             _ => {}
         }
-        let normal = |heads: usize| {
+        let normal = |heads: usize, rows: usize| {
             let t = Tensor::<4>::random(
-                [1, heads, seq, d_head],
+                [1, heads, rows, d_head],
                 Distribution::Normal(0.0, 1.0),
                 &device,
             )
             .cast(dtype);
             if backward { t.require_grad() } else { t }
         };
-        let (q, k, v) = (normal(N_HEADS), normal(n_kv), normal(n_kv));
+        let (q, k, v) = (
+            normal(n_heads, queries),
+            normal(n_kv, seq),
+            normal(n_kv, seq),
+        );
         // transformers' repeat_kv: each kv head copied for its query heads, in the step.
         let repeated = variant == "repeated";
         let repeat = move |t: Tensor<4>| {
@@ -224,18 +243,18 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
                 return t;
             }
             t.unsqueeze_dim::<5>(2)
-                .expand([1, n_kv, N_HEADS / n_kv, seq, d_head])
-                .reshape([1, N_HEADS, seq, d_head])
+                .expand([1, n_kv, n_heads / n_kv, seq, d_head])
+                .reshape([1, n_heads, seq, d_head])
         };
+        let width = n_heads * d_head;
         Box::new(move || {
             attend(q.clone(), repeat(k.clone()), repeat(v.clone()), &options)
-                .reshape([1, seq, D_MODEL])
+                .reshape([1, queries, width])
         })
     } else if scheme == "burn attention" {
-        let d_head = D_MODEL / N_HEADS;
         let qkv = || {
             let t = Tensor::<4>::random(
-                [1, N_HEADS, seq, d_head],
+                [1, n_heads, seq, d_head],
                 Distribution::Normal(0.0, 1.0),
                 &device,
             )
@@ -243,13 +262,13 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
             if backward { t.require_grad() } else { t }
         };
         let (q, k, v) = (qkv(), qkv(), qkv());
+        let width = n_heads * d_head;
         Box::new(move || {
             let options = AttentionModuleOptions {
                 is_causal: true,
                 ..Default::default()
             };
-            attention(q.clone(), k.clone(), v.clone(), None, None, options)
-                .reshape([1, seq, D_MODEL])
+            attention(q.clone(), k.clone(), v.clone(), None, None, options).reshape([1, seq, width])
         })
     } else {
         // `TILE_ROWS` sets the tiled attention's rows per tile (default: the block's budget).
@@ -349,7 +368,9 @@ fn case(device_name: &str, scheme: &str, seq: usize, backward: bool) {
 /// multiple of 16), causal with ALiBi, and a T5 table with a window. Prints each case's largest
 /// difference relative to the largest value; panics past the dtype's tolerance (f16 1e-2, bf16
 /// 6e-2, as `tests/flash.rs`).
-fn check_tensor_cores(device_name: &str) {
+/// With `sweep`, then the sweep of their plans' boundaries ([`sweep_tensor_cores`]: minutes on a
+/// GPU); without, the 300-token cases alone.
+fn check_tensor_cores(device_name: &str, sweep: bool) {
     use burn_positional_kernels::{FlashVariant, flash_variant_for, set_flash_variant};
     let choice: DeviceChoice = device_name
         .parse()
@@ -497,7 +518,9 @@ fn check_tensor_cores(device_name: &str) {
             }
         }
     }
-    sweep_tensor_cores(&device, &mut failed);
+    if sweep {
+        sweep_tensor_cores(&device, &mut failed);
+    }
     assert!(failed.is_empty(), "tensor-core kernels differ: {failed:?}");
     println!("tensor-core check: ok");
 }
@@ -662,7 +685,7 @@ pub fn main() {
         return;
     }
     if let Some(at) = args.iter().position(|a| a == "--check-tensor-cores") {
-        check_tensor_cores(&args[at + 1]);
+        check_tensor_cores(&args[at + 1], !args.iter().any(|a| a == "--no-sweep"));
         return;
     }
     if let Some(at) = args.iter().position(|a| a == "--case") {

@@ -63,7 +63,16 @@ PARTS = ["setup", "adapter", "tests", "embedding", "rope", "attention", "torch",
 CALLS = {
     "1": ["tests", "embedding", "rope", "attention", "torch"],
     "2": ["generation", "attention", "torch", "dog_bites_man"],
+    # The CUDA kit's tensor-core call (issue 72): the check of the `mma.sync` kernels against the
+    # register kernel and the slow twin (without its sweep), then their timings at the issue's
+    # shapes beside SDPA, SDPA with bias tensors and FlexAttention.
+    "3": ["tests", "attention", "torch"],
 }
+# Issue 72's shapes for call 3: (query heads, head width, length), f16 then bf16; the decoding
+# step (one query row over `length` keys) after them. The rehearsal's are smaller.
+MMA_SHAPES = [(8, 32, 8192), (32, 64, 2048), (32, 128, 4096)]
+MMA_QUICK_SHAPES = [(8, 32, 1024), (8, 64, 512)]
+MMA_DECODE = (32, 128, 4096)
 
 # The test binaries and the package folder each runs in (their fixtures are found from there).
 # `test-kernels` is the kernels' flash, rope and fused tests in one binary (tools/gpu/kit).
@@ -81,6 +90,9 @@ QUICK_FILTERS = {
     "test-families": ["gpt2"],
 }
 # The programs of the multi-call binary `gpu-kit` (tools/gpu/kit/main.rs), each a link to it.
+# The op-alone attention cases' heads and width where a case does not set them (the
+# bench's and the twin's defaults).
+HEADS, HEAD_DIM = 8, 32
 PROGRAMS = ["bench-embedding", "bench-rope", "bench-attention_memory", "example-dog_bites_man",
             "example-generation_speed"]
 
@@ -250,8 +262,10 @@ class Kit:
             print(data["skipped"])
             # The check and its boundary sweep took 240 s on an H200 without finishing (f16 to
             # width 96): at least 300 s, whatever the tests' limit.
+            # Call 3 leaves the sweep to call 1: its timings are what it is for.
+            sweep = [] if self.args.call != "3" else ["--no-sweep"]
             code, text = self.sh([self.exe("bench-attention_memory"), "--check-tensor-cores",
-                                  self.args.backend], "tensor-cores-check.log",
+                                  self.args.backend] + sweep, "tensor-cores-check.log",
                                  timeout=max(self.args.test_timeout, 300))
             data["tensor_cores"] = {"exit": code, "lines": [
                 l for l in text.splitlines()
@@ -341,7 +355,9 @@ class Kit:
         # register variant, the halves, the long length and memory.
         call = self.args.call
         first, second = call in (None, "1"), call in (None, "2")
-        cases = []  # (dtype, scheme, seq, direction, variant, reps): most wanted first
+        cases = []  # (dtype, scheme, seq, direction, variant, reps[, env]): most wanted first
+        if call == "3":
+            cases = self.mma_cases()
         if first:
             for seq in (target, short):
                 for direction in ("forward", "backward"):
@@ -368,9 +384,10 @@ class Kit:
             cases += [("f32", s, memory, "backward", "auto", 0) for s in schemes]
         deadline = time.time() + self.args.attention_budget
         results = []
-        for dtype, scheme, seq, direction, variant, reps in cases:
+        for dtype, scheme, seq, direction, variant, reps, *extra in cases:
+            shape = extra[0] if extra else {}
             row = {"dtype": dtype, "scheme": scheme, "seq": seq, "direction": direction,
-                   "variant": variant}
+                   "variant": variant, **{k.lower(): v for k, v in shape.items()}}
             results.append(row)
             if time.time() > deadline:
                 row["status"] = "not run (the part's time budget is spent)"
@@ -380,7 +397,9 @@ class Kit:
                        LAUNCHES=str(1 if reps == 0 else self.args.attention_launches))
             if variant:
                 env["BURN_POSITIONAL_FLASH"] = variant
-            tag = f"{dtype}-{scheme}-{seq}-{direction}-{variant}".replace(" ", "_").replace(",", "")
+            env.update({k: str(v) for k, v in shape.items()})
+            sizes = "-".join(f"{k.lower()}{v}" for k, v in shape.items())
+            tag = f"{dtype}-{scheme}-{seq}-{direction}-{variant}-{sizes}".replace(" ", "_").replace(",", "")
             code, text = self.sh([self.exe("bench-attention_memory"), "--case", self.args.backend, scheme,
                                   str(seq), direction], f"attention/{tag}.log", env=env,
                                  timeout=self.args.case_timeout)
@@ -392,12 +411,40 @@ class Kit:
                 row.update(status="ok", ms=round(float(ms), 2), device_mib=int(device_mib))
             else:
                 row["status"] = f"failed (exit {code}): {panic_line(text)}"
-            print(f"{dtype} {direction} {scheme} [{variant}] {seq}: "
+            print(f"{dtype} {direction} {scheme} [{variant}] {seq} {sizes}: "
                   f"{row.get('ms', '-')} ms, {row.get('device_mib', '-')} MiB {row['status'] if row['status'] != 'ok' else ''}",
                   flush=True)
         data["cases"] = results
         data["lengths"] = [short, target, long_, memory]
         data["ratios"] = attention_ratios(results, target)
+
+    def mma_cases(self):
+        """Call 3's cases (CUDA): the tensor-core kernels (forced, as `Auto` picks them for the
+        halves) at issue 72's shapes without a bias, with ALiBi and with a T5 table, forward
+        and forward plus backward, f16 then bf16; the shared kernel (`Auto`'s choice before)
+        beside them at the first shape in f16; then the decoding step on both kernels (`Auto`
+        takes the shared one's split keys there)."""
+        shapes = MMA_QUICK_SHAPES if self.args.quick else MMA_SHAPES
+        cases = []
+        for dtype in ("f16", "bf16"):
+            for heads, width, seq in shapes:
+                env = {"HEADS": heads, "HEAD_DIM": width}
+                for direction in ("forward", "backward"):
+                    for bias in ("", ", alibi", ", t5"):
+                        cases.append((dtype, f"{heads} kv heads{bias}", seq, direction,
+                                      "tensor-cores", None, env))
+            if dtype == "f16":
+                heads, width, seq = shapes[0]
+                env = {"HEADS": heads, "HEAD_DIM": width}
+                for direction in ("forward", "backward"):
+                    cases += [(dtype, f"{heads} kv heads{bias}", seq, direction, "shared", None, env)
+                              for bias in ("", ", alibi", ", t5")]
+        heads, width, seq = MMA_DECODE
+        for dtype in ("f16", "bf16"):
+            for variant in ("shared", "tensor-cores"):
+                cases.append((dtype, f"{heads} kv heads", seq, "forward", variant, None,
+                              {"HEADS": heads, "HEAD_DIM": width, "QUERIES": 1}))
+        return cases
 
     def torch(self, data):
         """The PyTorch twin (tools/gpu/torch_twin.py) on the same shapes, timed the same way (N
@@ -714,17 +761,32 @@ def torch_ratios(report, twin):
         elif r["function"] in ("fused", "burn", "op_by_op"):
             case = "rotate_half" if at == 0 else "rotate_half_decode"
             add(row, r["median_ns"] / 1e6, theirs("rope", case, "f32", "forward", shape=shape))
-    peers = {"burn attention": ["sdpa none"], "8 kv heads": ["sdpa none"],
-             "8 kv heads, alibi": ["sdpa alibi tensor", "flex alibi"],
-             "8 kv heads, t5": ["sdpa t5 tensor"]}
+    # Each of our schemes against its peers: no bias against SDPA without one, ALiBi against
+    # SDPA with its bias tensor and FlexAttention's score_mod, T5 likewise; matched by dtype,
+    # direction, length, heads and width (8 and 32 unless the case set them), and query rows
+    # (a decoding step against SDPA's).
+    peers = {"": ["sdpa none"], "alibi": ["sdpa alibi tensor", "flex alibi"],
+             "t5": ["sdpa t5 tensor", "flex t5"]}
     for c in parts.get("attention", {}).get("cases", []):
         if c.get("status") != "ok" or c["variant"] == "auto":
             continue
+        if c["scheme"] == "burn attention":
+            kinds = peers[""]
+        else:
+            m = re.fullmatch(r"(\d+) kv heads(?:, (alibi|t5))?", c["scheme"])
+            if not m:
+                continue
+            kinds = peers[m.group(2) or ""]
         direction = "forward" if c["direction"] == "forward" else "forward_backward"
+        heads, width = c.get("heads", HEADS), c.get("head_dim", HEAD_DIM)
+        sizes = "" if (heads, width) == (HEADS, HEAD_DIM) else f" [1, {heads}, seq, {width}]"
+        queries = c.get("queries")
         row = (f"attention {c['dtype']} {c['direction']} {c['scheme']} "
-               f"{c['variant'] or ''} {c['seq']}").replace("  ", " ")
-        for case in peers.get(c["scheme"], []):
-            add(row, c["ms"], theirs("attention", case, c["dtype"], direction, seq=c["seq"]))
+               f"{c['variant'] or ''} {c['seq']}{sizes}"
+               f"{f' ({queries} query row)' if queries else ''}").replace("  ", " ")
+        for case in kinds:
+            add(row, c["ms"], theirs("attention", case, c["dtype"], direction, seq=c["seq"],
+                                     shape=[1, heads, c["seq"], width], queries=queries))
     return ratios
 
 
@@ -798,14 +860,18 @@ def markdown(report):
                            f"{r.get('percent_of_copy', '')} |")
     if "attention" in parts and parts["attention"]["data"].get("cases"):
         data = parts["attention"]["data"]
-        out += ["", "## Attention, the op alone (causal, q/k/v `[1, 8, seq, 32]`)", "",
+        out += ["", "## Attention, the op alone (causal, q/k/v `[1, heads, seq, width]`)", "",
                 "Time per step in ms (median of 3; memory rows: one step, compile included) and "
-                "device memory reserved by the step in MiB.", "",
-                "| dtype | direction | scheme | variant | seq | ms | MiB | status |",
-                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                "device memory reserved by the step in MiB. Heads and width 8 and 32 unless "
+                "named; query rows all `seq` unless named (a decoding step).", "",
+                "| dtype | direction | scheme | variant | seq | heads x width (queries) | ms | MiB | status |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for c in data["cases"]:
+            sizes = f"{c.get('heads', HEADS)} x {c.get('head_dim', HEAD_DIM)}"
+            if c.get("queries"):
+                sizes += f" ({c['queries']})"
             out.append(f"| {c['dtype']} | {c['direction']} | {c['scheme']} | {c['variant'] or ''} | "
-                       f"{c['seq']} | {c.get('ms', '')} | {c.get('device_mib', '')} | "
+                       f"{c['seq']} | {sizes} | {c.get('ms', '')} | {c.get('device_mib', '')} | "
                        f"{'' if c.get('status') == 'ok' else c.get('status', '')} |")
         out += ["", f"Against burn's `attention` without a bias at {data['lengths'][1]} (target: at most 1.2):",
                 "", "| dtype | direction | scheme | variant | ratio |", "| --- | --- | --- | --- | --- |"]

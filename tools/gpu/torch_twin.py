@@ -11,6 +11,10 @@ Here, the rehearsal on the CPU (smaller sizes, f32 only; under 3 minutes on 2 co
 
 `--stage 1` and `--stage 2` split the rows between the kit's two device calls (docs/gpu.md): the
 f32 rows at the two main lengths first, then the halves, the long length and the small shape.
+`--stage 3` is the CUDA kit's tensor-core call (issue 72): attention in f16 and bf16 at
+`[1, 8, 8192, 32]`, `[1, 32, 2048, 64]` and `[1, 32, 4096, 128]`, causal, SDPA without a bias and
+with ALiBi's and T5's bias tensors, FlexAttention with ALiBi's and T5's score_mod, forward and
+forward plus backward, then a decoding step (one query row over 4096 keys, 32 heads of 128).
 
 Parts (`--only` takes their names, comma-separated): `copy` (device-to-device copies, the floor
 of any elementwise op), `embedding` (token plus learned position embedding, forward and forward
@@ -45,7 +49,15 @@ import torch.nn.functional as F
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 HEADS, HEAD_DIM = 8, 32  # the kit's attention: batch 1, 8 heads, head dim 32
-ALIBI_SLOPES = [2.0 ** (-8.0 * (h + 1) / HEADS) for h in range(HEADS)]  # 2^-1 .. 2^-8
+# The tensor-core call's shapes (issue 72): (heads, head dim, length), and its decoding step.
+MMA_SHAPES = [(8, 32, 8192), (32, 64, 2048), (32, 128, 4096)]
+MMA_QUICK_SHAPES = [(8, 32, 1024), (8, 64, 512)]
+MMA_DECODE = (32, 128, 4096)
+
+
+def alibi_slopes(heads):
+    """ALiBi's slopes for a power of two of heads: 2^-8/H .. 2^-8."""
+    return [2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)]
 
 
 class Skip(Exception):
@@ -87,13 +99,13 @@ def relative_position_bucket(relative_position, bidirectional=True, num_buckets=
     return relative_buckets + torch.where(is_small, relative_position, if_large)
 
 
-def causal_bias(per_distance, seq, dtype, device):
+def causal_bias(per_distance, seq, dtype, device, heads=HEADS):
     """[1, H, seq, seq]: per_distance[h, i - j] below the diagonal, -inf above it.
 
     Both biases depend on i - j alone, so they are built from an [H, seq] row, a block of query
     rows at a time: a whole [seq, seq] index tensor at 32768 would itself be 8 GiB.
     """
-    bias = torch.empty(1, HEADS, seq, seq, dtype=dtype, device=device)
+    bias = torch.empty(1, heads, seq, seq, dtype=dtype, device=device)
     cols = torch.arange(seq, device=device)
     rows = max(1, 2 ** 25 // seq)  # about 1 GiB of f32 per block
     for i0 in range(0, seq, rows):
@@ -238,57 +250,78 @@ class Twin:
         self.case(body, part="rope", case=name, dtype=dt, shape=list(shape), direction="forward",
                   position=offset)
 
-    def attention(self, name, seq, dt, direction):
+    def attention(self, name, seq, dt, direction, heads=HEADS, head_dim=HEAD_DIM, queries=None):
+        """One attention case; `queries` (fewer than `seq`): the last query rows alone over all
+        `seq` keys, a decoding step (SDPA without a bias only)."""
         def body(row):
             dtype = DTYPES[dt]
-            shape = (1, HEADS, seq, HEAD_DIM)
+            shape = (1, heads, seq, head_dim)
+            q_shape = (1, heads, queries or seq, head_dim)
             train = direction == "forward_backward"
-            q, k, v = (torch.randn(*shape, device=self.dev).to(dtype).requires_grad_(train)
-                       for _ in range(3))
-            slopes = torch.tensor(ALIBI_SLOPES, device=self.dev)
+            q = torch.randn(*q_shape, device=self.dev).to(dtype).requires_grad_(train)
+            k, v = (torch.randn(*shape, device=self.dev).to(dtype).requires_grad_(train)
+                    for _ in range(2))
+            slopes = torch.tensor(alibi_slopes(heads), device=self.dev)
             distance = torch.arange(seq, device=self.dev)
+            if queries and name != "sdpa none":
+                raise Skip("a decoding step is timed against SDPA without a bias only")
             if name == "sdpa none":
-                op = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                # One last row sees every key: no mask (SDPA's is_causal aligns to the top left).
+                causal = not queries
+                op = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             elif name in ("sdpa alibi tensor", "sdpa t5 tensor"):
-                gib = HEADS * seq * seq * torch.finfo(dtype).bits / 8 / 2 ** 30
+                gib = heads * seq * seq * torch.finfo(dtype).bits / 8 / 2 ** 30
                 row["bias_gib"] = gib
                 if gib > self.args.max_bias_gib:
-                    raise Skip(f"the [1,{HEADS},{seq},{seq}] {dt} bias is {gib:g} GiB > "
+                    raise Skip(f"the [1,{heads},{seq},{seq}] {dt} bias is {gib:g} GiB > "
                                f"--max-bias-gib {self.args.max_bias_gib:g}")
                 if name == "sdpa alibi tensor":  # slope_h * (j - i) for j <= i
                     per_distance = -slopes[:, None] * distance[None].float()
                 else:
-                    table = torch.randn(32, HEADS, generator=torch.Generator().manual_seed(1))
-                    buckets = relative_position_bucket(-distance, bidirectional=False,
-                                                       num_buckets=32, max_distance=128)
-                    per_distance = table.to(self.dev)[buckets].T.contiguous()
-                bias = causal_bias(per_distance, seq, dtype, self.dev)
+                    per_distance = self.t5_per_distance(heads, distance)
+                bias = causal_bias(per_distance, seq, dtype, self.dev, heads)
                 del per_distance
                 op = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            elif name == "flex t5":
+                per_distance = self.t5_per_distance(heads, distance).to(dtype)
+                op = self.flex_op(row, q, k, v, None, seq, train, per_distance)
             else:  # flex alibi
                 op = self.flex_op(row, q, k, v, slopes, seq, train)
             if train:
-                grad = torch.randn(*shape, device=self.dev).to(dtype)
+                grad = torch.randn(*q_shape, device=self.dev).to(dtype)
                 # autograd.grad returns fresh gradients: nothing accumulates, nothing to zero.
                 step = lambda: torch.autograd.grad(op(), (q, k, v), grad)
                 row["note"] = "gradients of q, k, v by torch.autograd.grad (no accumulation, no zeroing)"
             else:
                 step = op
             with torch.set_grad_enabled(train):
-                if name == "flex alibi":  # the first call compiles: timed apart, out of ms
+                if name.startswith("flex"):  # the first call compiles: timed apart, out of ms
                     start = time.perf_counter()
                     step()
                     self.sync()
                     row["compile_s"] = round(time.perf_counter() - start, 2)
                 self.measure(row, step)
+        extra = {"queries": queries} if queries else {}
         self.case(body, part="attention", case=name, dtype=dt, seq=seq,
-                  shape=[1, HEADS, seq, HEAD_DIM], direction=direction)
+                  shape=[1, heads, seq, head_dim], direction=direction, **extra)
 
-    def flex_op(self, row, q, k, v, slopes, seq, train):
+    def t5_per_distance(self, heads, distance):
+        """[heads, seq]: T5's learned table (32 buckets, random) by causal distance."""
+        table = torch.randn(32, heads, generator=torch.Generator().manual_seed(1))
+        buckets = relative_position_bucket(-distance, bidirectional=False,
+                                           num_buckets=32, max_distance=128)
+        return table.to(self.dev)[buckets].T.contiguous()
+
+    def flex_op(self, row, q, k, v, slopes, seq, train, per_distance=None):
+        """FlexAttention, causal, with ALiBi's score_mod (`slopes`) or a bias by distance
+        (`per_distance`, [heads, seq]: T5's table read by the score_mod)."""
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         def alibi(score, b, h, q_idx, kv_idx):
             return score + slopes[h] * (kv_idx - q_idx)
+
+        def by_distance(score, b, h, q_idx, kv_idx):
+            return score + per_distance[h, (q_idx - kv_idx).clamp(min=0)]
 
         def causal(b, h, q_idx, kv_idx):
             return q_idx >= kv_idx
@@ -300,7 +333,8 @@ class Twin:
         # specialised kernel per shape, as a model compiled for one length gets.
         torch._dynamo.reset()
         compiled = torch.compile(flex_attention, dynamic=False)
-        return lambda: compiled(q, k, v, score_mod=alibi, block_mask=block_mask)
+        score_mod = alibi if per_distance is None else by_distance
+        return lambda: compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
     # ------------------------------------------------------------------------------ the plan
 
@@ -358,7 +392,27 @@ class Twin:
             add("copy", self.copy_floor, shape[:3], "f32", "copy_floor")
             embedding(shape, ["f32"] + halves)
         stage = self.args.stage
+        if stage == "3":
+            return self.mma_plan()
         return steps if stage == "all" else steps[:first] if stage == "1" else steps[first:]
+
+    def mma_plan(self):
+        """`--stage 3`: the CUDA kit's tensor-core call (issue 72), f16 first, each shape's
+        forward before its backward, the decoding step last (the budget cuts from the end)."""
+        quick, cuda = self.args.quick, self.cuda
+        dtypes = ["f16", "bf16"] if cuda else ["f32"]
+        shapes = MMA_QUICK_SHAPES if quick else MMA_SHAPES
+        names = ["sdpa none", "flex alibi", "flex t5", "sdpa alibi tensor", "sdpa t5 tensor"]
+        steps = []
+        for dt in dtypes:
+            for heads, head_dim, seq in shapes:
+                for direction in ["forward", "forward_backward"]:
+                    for name in names:
+                        steps.append((self.attention, (name, seq, dt, direction, heads, head_dim)))
+        heads, head_dim, seq = MMA_DECODE
+        for dt in dtypes:
+            steps.append((self.attention, ("sdpa none", seq, dt, "forward", heads, head_dim, 1)))
+        return steps
 
     def run(self):
         name = torch.cuda.get_device_name(self.dev) if self.cuda else "cpu"
@@ -408,9 +462,10 @@ def main():
     parser.add_argument("--out", default="-", help="JSON lines file (default: stdout)")
     parser.add_argument("--only", default="", help="comma-separated parts: copy,embedding,rope,attention")
     parser.add_argument("--quick", action="store_true", help="rehearsal sizes (the CPU)")
-    parser.add_argument("--stage", choices=["1", "2", "all"], default="all",
+    parser.add_argument("--stage", choices=["1", "2", "3", "all"], default="all",
                         help="the kit's calls: 1 = f32 copies, embedding, rope and attention at the "
-                             "two main lengths; 2 = the halves, the long length, the small embedding")
+                             "two main lengths; 2 = the halves, the long length, the small embedding; "
+                             "3 = the tensor-core call's attention shapes (issue 72)")
     parser.add_argument("--launches", type=int, help="launches per sync (default 20, quick 3)")
     parser.add_argument("--repeats", type=int, help="timed repeats (default 5, quick 3)")
     parser.add_argument("--case-seconds", type=float, default=10.0,
