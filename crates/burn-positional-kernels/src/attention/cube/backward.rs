@@ -44,8 +44,8 @@ use super::backward_units::{
     cap_slope, probability, query_range, start_keys, start_queries, write_keys, write_queries,
 };
 use super::{
-    ALIBI, BIAS_GRAD, ScalarValues, Scalars, final_score, head_bias, key_place, key_range,
-    query_place, storage_types,
+    ALIBI, BIAS_GRAD, Inputs, InputsLaunch, ScalarValues, Scalars, final_score, head_bias,
+    key_place, key_range, query_place, storage_types,
 };
 use crate::attention::tile::BiasKind;
 use crate::attention::variant::{FlashVariant, count_backward_launch, pick};
@@ -59,13 +59,7 @@ use crate::attention::{Sizes, check_sizes};
 /// `C`. Inputs are contiguous.
 #[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    bias: &Tensor<F>,
-    padding: &Tensor<P>,
-    positions: &Tensor<I>,
-    segments: &Tensor<J>,
+    inputs: &Inputs<F, I, J, P>,
     delta: &Tensor<C>,
     lse: &Tensor<F>,
     grad: &Tensor<F>,
@@ -80,6 +74,8 @@ pub(super) fn flash_backward_kernel<F: Float, C: Float, I: Int, J: Int, P: Numer
     #[comptime] bias_slots: usize,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
+    let (q, k, v, bias) = (&inputs.q, &inputs.k, &inputs.v, &inputs.bias);
+    let (padding, positions, segments) = (&inputs.padding, &inputs.positions, &inputs.segments);
     if CUBE_POS_X < p.key_tiles {
         key_cube::<F, C, I, J, P>(
             q, k, v, bias, padding, positions, segments, delta, lse, grad, dk, dv, &p, d_head, d_v,
@@ -497,13 +493,15 @@ pub(crate) fn launch_backward(
                     u32_of(sizes.batch, "batch"),
                 ),
                 units,
-                contiguous(q.clone()),
-                contiguous(k.clone()),
-                contiguous(v.clone()),
-                contiguous(bias.clone()),
-                contiguous(padding.clone()),
-                contiguous(positions.clone()),
-                contiguous(segments.clone()),
+                InputsLaunch::new(
+                    contiguous(q.clone()),
+                    contiguous(k.clone()),
+                    contiguous(v.clone()),
+                    contiguous(bias.clone()),
+                    contiguous(padding.clone()),
+                    contiguous(positions.clone()),
+                    contiguous(segments.clone()),
+                ),
                 contiguous(delta.clone()),
                 contiguous(lse.clone()),
                 contiguous(grad.clone()),
@@ -530,13 +528,15 @@ pub(crate) fn launch_backward(
                     u32_of(sizes.batch, "batch"),
                 ),
                 units,
-                contiguous(q),
-                contiguous(k),
-                contiguous(v),
-                contiguous(bias),
-                contiguous(padding),
-                contiguous(positions),
-                contiguous(segments),
+                InputsLaunch::new(
+                    contiguous(q),
+                    contiguous(k),
+                    contiguous(v),
+                    contiguous(bias),
+                    contiguous(padding),
+                    contiguous(positions),
+                    contiguous(segments),
+                ),
                 contiguous(delta),
                 contiguous(lse),
                 contiguous(grad),
@@ -613,13 +613,7 @@ pub(crate) fn launch_backward(
                     &client,
                     count,
                     CubeDim::new_1d(u32_of(units, "the cube's units")),
-                    contiguous(q),
-                    contiguous(k),
-                    contiguous(v),
-                    contiguous(bias),
-                    contiguous(padding),
-                    contiguous(positions),
-                    contiguous(segments),
+                    InputsLaunch::new(contiguous(q), contiguous(k), contiguous(v), contiguous(bias), contiguous(padding), contiguous(positions), contiguous(segments)),
                     contiguous(delta),
                     contiguous(lse),
                     contiguous(grad),

@@ -44,7 +44,8 @@ use super::backward_units::{
     cap_slope, probability, query_range, start_keys, start_queries, write_keys, write_queries,
 };
 use super::{
-    ALIBI, BIAS_GRAD, Plan, Scalars, final_score, head_bias, key_place, key_range, query_place,
+    ALIBI, BIAS_GRAD, Inputs, Plan, Scalars, final_score, head_bias, key_place, key_range,
+    query_place,
 };
 use crate::attention::Sizes;
 
@@ -61,13 +62,7 @@ const MAX_SHARED_BYTES: usize = 32 * 1024;
 /// plus the stage length.
 #[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_backward_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    bias: &Tensor<F>,
-    padding: &Tensor<P>,
-    positions: &Tensor<I>,
-    segments: &Tensor<J>,
+    inputs: &Inputs<F, I, J, P>,
     delta: &Tensor<C>,
     lse: &Tensor<F>,
     grad: &Tensor<F>,
@@ -83,6 +78,8 @@ pub(super) fn flash_backward_shared_kernel<F: Float, C: Float, I: Int, J: Int, P
     #[comptime] stage: usize,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
+    let (q, k, v, bias) = (&inputs.q, &inputs.k, &inputs.v, &inputs.bias);
+    let (padding, positions, segments) = (&inputs.padding, &inputs.positions, &inputs.segments);
     if CUBE_POS_X < p.key_tiles {
         key_cube::<F, C, I, J, P>(
             q, k, v, bias, padding, positions, segments, delta, lse, grad, dk, dv, &p, d_head, d_v,

@@ -17,8 +17,8 @@ use burn::tensor::DType;
 use cubecl::prelude::*;
 
 use super::{
-    KEY_BLOCK, ScalarsLaunch, backward, backward_shared, mma, mma_backward, mma_backward_keys,
-    registers, shared, split,
+    InputsLaunch, KEY_BLOCK, ScalarsLaunch, backward, backward_shared, mma, mma_backward,
+    mma_backward_keys, registers, shared, split,
 };
 use crate::attention::Sizes;
 use crate::cuda_check::{Case, Target, elementwise_dim, tensor};
@@ -140,13 +140,7 @@ fn forward(
                 target.target.clone(),
                 CubeCount::Static(1, 1, 1),
                 CubeDim::new_1d(plan.units() as u32),
-                tensor(4),
-                tensor(4),
-                tensor(4),
-                tensor(2),
-                tensor(2),
-                tensor(2),
-                tensor(2),
+                inputs(),
                 tensor(4),
                 tensor(4),
                 scalars(),
@@ -194,13 +188,7 @@ fn forward(
                     target.target.clone(),
                     CubeCount::Static(1, 1, 1),
                     dim,
-                    tensor(4),
-                    tensor(4),
-                    tensor(4),
-                    tensor(2),
-                    tensor(2),
-                    tensor(2),
-                    tensor(2),
+                    inputs(),
                     tensor(4),
                     tensor(4),
                     scalars(),
@@ -279,13 +267,7 @@ fn backward(
                 target.target.clone(),
                 CubeCount::Static(1, 1, 1),
                 units,
-                tensor(4),
-                tensor(4),
-                tensor(4),
-                tensor(2),
-                tensor(2),
-                tensor(2),
-                tensor(2),
+                inputs(),
                 tensor(4),
                 tensor(4),
                 tensor(4),
@@ -334,13 +316,7 @@ fn backward(
                 target.target.clone(),
                 CubeCount::Static(1, 1, 1),
                 units,
-                tensor(4),
-                tensor(4),
-                tensor(4),
-                tensor(2),
-                tensor(2),
-                tensor(2),
-                tensor(2),
+                inputs(),
                 tensor(4),
                 tensor(4),
                 tensor(4),
@@ -390,13 +366,7 @@ fn backward(
                     target.target.clone(),
                     CubeCount::Static(1, 1, 1),
                     dim,
-                    tensor(4),
-                    tensor(4),
-                    tensor(4),
-                    tensor(2),
-                    tensor(2),
-                    tensor(2),
-                    tensor(2),
+                    inputs(),
                     tensor(4),
                     tensor(4),
                     tensor(4),
@@ -445,6 +415,20 @@ fn storage_types(dtype: DType) -> [cubecl::ir::ElemType; 5] {
         dtype_to_storage_type(DType::I32),
         dtype_to_storage_type(DType::U8),
     ]
+}
+
+/// The attention kernels' inputs for a kernel that is only compiled: q, k, v (rank 4), the bias,
+/// the padding, the positions and the segments (rank 2).
+fn inputs<F: Float, I: Int, J: Int, P: Numeric>() -> InputsLaunch<F, I, J, P> {
+    InputsLaunch::new(
+        tensor(4),
+        tensor(4),
+        tensor(4),
+        tensor(2),
+        tensor(2),
+        tensor(2),
+        tensor(2),
+    )
 }
 
 /// Run-time values for a kernel that is only compiled.

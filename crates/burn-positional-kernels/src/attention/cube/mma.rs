@@ -42,8 +42,8 @@ use super::fragment::{
 use super::mma_stage::{clear_padding, stage_pair};
 use super::mma_warp::{a_fragment, exchanges, full_block, warp_product, zeros_list};
 use super::{
-    EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN, biased_score, head_bias, key_place,
-    key_range, query_place, visible,
+    EXPLICIT, HIDDEN, Inputs, PADDED, SEGMENTED, Scalars, UNSEEN, biased_score, head_bias,
+    key_place, key_range, query_place, visible,
 };
 use crate::attention::Sizes;
 use crate::attention::variant::mma_ready;
@@ -64,13 +64,7 @@ const MAX_SHARED_BYTES: usize = 48 * 1024;
 /// of a model's calls and a loop a third the size (the kernel's SASS, `docs/gpu.md`).
 #[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    bias: &Tensor<F>,
-    padding: &Tensor<P>,
-    positions: &Tensor<I>,
-    segments: &Tensor<J>,
+    inputs: &Inputs<F, I, J, P>,
     output: &mut Tensor<F>,
     lse: &mut Tensor<F>,
     p: Scalars,
@@ -85,6 +79,8 @@ pub(super) fn flash_mma_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
     #[comptime] emulate: bool,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
+    let (q, k, v, bias) = (&inputs.q, &inputs.k, &inputs.v, &inputs.bias);
+    let (padding, positions, segments) = (&inputs.padding, &inputs.positions, &inputs.segments);
     let dh = comptime!(d_head.next_multiple_of(16));
     let dvp = comptime!(d_v.next_multiple_of(16));
     let k_slices = comptime!(d_head.next_multiple_of(16) / 16);

@@ -51,8 +51,8 @@ use super::mma::{M_TILE, MmaPlan, WARPS};
 use super::mma_stage::{clear_padding, stage_pair};
 use super::mma_warp::{a_fragment, exchanges, full_block, warp_product, zeros_list};
 use super::{
-    ALIBI, BIAS_GRAD, CAPPED, EXPLICIT, HIDDEN, PADDED, SEGMENTED, Scalars, UNSEEN, biased_score,
-    head_bias, key_place, key_range, query_place, visible,
+    ALIBI, BIAS_GRAD, CAPPED, EXPLICIT, HIDDEN, Inputs, PADDED, SEGMENTED, Scalars, UNSEEN,
+    biased_score, head_bias, key_place, key_range, query_place, visible,
 };
 use crate::attention::Sizes;
 
@@ -111,13 +111,7 @@ pub(super) fn score<F: Float>(
 /// distance table's gradient, `[batch, n_heads, query tiles x tiles, 2 reach + 1]`.
 #[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    bias: &Tensor<F>,
-    padding: &Tensor<P>,
-    positions: &Tensor<I>,
-    segments: &Tensor<J>,
+    inputs: &Inputs<F, I, J, P>,
     delta: &Tensor<C>,
     lse: &Tensor<F>,
     grad: &Tensor<F>,
@@ -136,6 +130,8 @@ pub(super) fn flash_mma_dq_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
     #[comptime] emulate: bool,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
+    let (q, k, v, bias) = (&inputs.q, &inputs.k, &inputs.v, &inputs.bias);
+    let (padding, positions, segments) = (&inputs.padding, &inputs.positions, &inputs.segments);
     let dh = comptime!(d_head.next_multiple_of(16));
     let dvp = comptime!(d_v.next_multiple_of(16));
     let table = comptime!(table_slots > 0);

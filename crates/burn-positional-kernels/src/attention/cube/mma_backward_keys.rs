@@ -15,7 +15,7 @@ use super::mma_backward::{KEYS_PER_CUBE, score};
 use super::mma_stage::{clear_padding, stage_pair};
 use super::mma_warp::{a_fragment, exchanges, full_block, warp_product, zeros_list};
 use super::{
-    EXPLICIT, PADDED, SEGMENTED, Scalars, UNSEEN, backward_units::query_range, head_bias,
+    EXPLICIT, Inputs, PADDED, SEGMENTED, Scalars, UNSEEN, backward_units::query_range, head_bias,
     key_place, query_place,
 };
 
@@ -24,13 +24,7 @@ use super::{
 /// `[batch, n_heads, seq_q]` in `C` (f32); `block` query rows a step, `stages` of them staged.
 #[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_mma_dkv_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    bias: &Tensor<F>,
-    padding: &Tensor<P>,
-    positions: &Tensor<I>,
-    segments: &Tensor<J>,
+    inputs: &Inputs<F, I, J, P>,
     delta: &Tensor<C>,
     lse: &Tensor<F>,
     grad: &Tensor<F>,
@@ -46,6 +40,8 @@ pub(super) fn flash_mma_dkv_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     #[comptime] emulate: bool,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
+    let (q, k, v, bias) = (&inputs.q, &inputs.k, &inputs.v, &inputs.bias);
+    let (padding, positions, segments) = (&inputs.padding, &inputs.positions, &inputs.segments);
     let dh = comptime!(d_head.next_multiple_of(16));
     let dvp = comptime!(d_v.next_multiple_of(16));
     let k_slices = comptime!(d_head.next_multiple_of(16) / 16);

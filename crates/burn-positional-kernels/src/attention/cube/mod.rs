@@ -11,10 +11,11 @@
 //!   emulated over virtual warps where the device lacks them.
 //!
 //! [`FlashVariant`](super::FlashVariant) picks one (`variant.rs`: by the adapter, or forced).
-//! This file holds what both share: the launch's run-time values ([`Scalars`]), the per-score
-//! formula's inputs (positions, the bias's row: `score.rs` is the formula, [`final_score`]), a
-//! unit's query rows ([`Rows`])
-//! and their online softmax ([`fold_block`]), and the host side ([`launch`]): checks, outputs,
+//! This file holds what they share: the tensors every kernel reads ([`Inputs`]: q, k, v, the
+//! bias, the padding, the positions and the segments, one launch argument for every kernel),
+//! the launch's run-time values ([`Scalars`]), the per-score formula's inputs (positions, the
+//! bias's row: `score.rs` is the formula, [`final_score`]), a unit's query rows ([`Rows`]) and
+//! their online softmax ([`fold_block`]), and the host side ([`launch`]): checks, outputs,
 //! flags, the choice, the launch.
 //!
 //! The launch's run-time values as the host computes them are `scalars.rs`, the split keys'
@@ -111,6 +112,23 @@ struct Scalars {
     key_tiles: u32,
     /// The shared forward: into how many runs a tile's keys are split across cubes (1: none).
     splits: u32,
+}
+
+/// The tensors every attention kernel reads, one launch argument: q `[batch, n_heads, seq_q,
+/// d_head]`, k and v `[batch, n_kv_heads, seq_k, d_head or d_v]`, the bias in compact form
+/// (ALiBi's slopes `[n_heads]` or a distance table `[n_heads, 2 reach + 1]`; one element when
+/// there is none), the key padding `[batch, seq_k]`, the explicit positions `[1 or batch,
+/// seq_q + seq_k]` and the segment ids `[batch, seq_q + seq_k]` (one element each where the call
+/// has none: the flags say which are given). Contiguous.
+#[derive(CubeType, CubeLaunch)]
+pub(super) struct Inputs<F: Float, I: Int, J: Int, P: Numeric> {
+    pub q: OwnedTensor<F>,
+    pub k: OwnedTensor<F>,
+    pub v: OwnedTensor<F>,
+    pub bias: OwnedTensor<F>,
+    pub padding: OwnedTensor<P>,
+    pub positions: OwnedTensor<I>,
+    pub segments: OwnedTensor<J>,
 }
 
 /// A cube's geometry, chosen by its variant.
@@ -403,19 +421,6 @@ fn write_rows<F: Float, C: Float>(
     }
 }
 
-/// The kernels' tensors, contiguous, as launch arguments.
-struct Operands {
-    q: TensorArg,
-    k: TensorArg,
-    v: TensorArg,
-    bias: TensorArg,
-    padding: TensorArg,
-    positions: TensorArg,
-    segments: TensorArg,
-    output: TensorArg,
-    lse: TensorArg,
-}
-
 /// Host side: checks shapes, makes inputs contiguous, allocates the output and the
 /// log-sum-exp, picks the variant (`args.variant`, `Auto` by the adapter) and launches its
 /// kernel once.
@@ -517,13 +522,15 @@ pub(crate) fn launch(
                 &client,
                 count,
                 CubeDim::new_1d(u32_of(plan.units(), "the cube's units")),
-                contiguous(q),
-                contiguous(k),
-                contiguous(v),
-                contiguous(bias),
-                contiguous(padding),
-                contiguous(positions),
-                contiguous(segments),
+                InputsLaunch::new(
+                    contiguous(q),
+                    contiguous(k),
+                    contiguous(v),
+                    contiguous(bias),
+                    contiguous(padding),
+                    contiguous(positions),
+                    contiguous(segments),
+                ),
                 output.clone().into_tensor_arg(),
                 lse.clone().into_tensor_arg(),
                 values.launch(),
@@ -594,17 +601,7 @@ pub(crate) fn launch(
         (output.clone(), lse.clone())
     };
     let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
-    let o = Operands {
-        q: contiguous(q),
-        k: contiguous(k),
-        v: contiguous(v),
-        bias: contiguous(bias),
-        padding: contiguous(padding),
-        positions: contiguous(positions),
-        segments: contiguous(segments),
-        output: out_buffer.clone().into_tensor_arg(),
-        lse: lse_buffer.clone().into_tensor_arg(),
-    };
+    let operands = [q, k, v, bias, padding, positions, segments].map(contiguous);
     // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; every
     // read of q, the output and the log-sum-exp is guarded by `i < seq_q`; k and v are read at
     // keys `j < k_hi <= seq_k` of this cube's (sequence, kv head); the bias at head
@@ -621,15 +618,12 @@ pub(crate) fn launch(
                     &client,
                     count,
                     CubeDim::new_1d(u32_of(plan.units, "the cube's units")),
-                    o.q,
-                    o.k,
-                    o.v,
-                    o.bias,
-                    o.padding,
-                    o.positions,
-                    o.segments,
-                    o.output,
-                    o.lse,
+                    {
+                        let [q, k, v, bias, padding, positions, segments] = operands;
+                        InputsLaunch::new(q, k, v, bias, padding, positions, segments)
+                    },
+                    out_buffer.clone().into_tensor_arg(),
+                    lse_buffer.clone().into_tensor_arg(),
                     scalars,
                     sizes.d_head,
                     sizes.d_v,

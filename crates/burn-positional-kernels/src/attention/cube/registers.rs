@@ -25,7 +25,8 @@
 use cubecl::prelude::*;
 
 use super::{
-    Plan, Scalars, fold_block, head_bias, key_place, key_range, score_rows, start_rows, write_rows,
+    Inputs, Plan, Scalars, fold_block, head_bias, key_place, key_range, score_rows, start_rows,
+    write_rows,
 };
 use crate::attention::Sizes;
 
@@ -35,13 +36,7 @@ use crate::attention::Sizes;
 /// compute type (f32). Inputs are contiguous.
 #[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    bias: &Tensor<F>,
-    padding: &Tensor<P>,
-    positions: &Tensor<I>,
-    segments: &Tensor<J>,
+    inputs: &Inputs<F, I, J, P>,
     output: &mut Tensor<F>,
     lse: &mut Tensor<F>,
     p: Scalars,
@@ -51,6 +46,8 @@ pub(super) fn flash_registers_kernel<F: Float, C: Float, I: Int, J: Int, P: Nume
     #[comptime] block: usize,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
+    let (q, k, v, bias) = (&inputs.q, &inputs.k, &inputs.v, &inputs.bias);
+    let (padding, positions, segments) = (&inputs.padding, &inputs.positions, &inputs.segments);
     let seq_k = p.seq_k as usize;
     let group = p.group as usize;
     let rows = p.rows as usize;

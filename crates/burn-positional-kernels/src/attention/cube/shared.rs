@@ -53,8 +53,8 @@ use cubecl::ir::HardwareProperties;
 use cubecl::prelude::*;
 
 use super::{
-    KEY_BLOCK, Plan, Scalars, fold_block, head_bias, key_place, key_range, score_rows, start_rows,
-    write_rows,
+    Inputs, KEY_BLOCK, Plan, Scalars, fold_block, head_bias, key_place, key_range, score_rows,
+    start_rows, write_rows,
 };
 use crate::attention::Sizes;
 
@@ -73,13 +73,7 @@ const MAX_SHARED_BYTES: usize = 32 * 1024;
 /// (f32). Inputs are contiguous.
 #[cube(launch_unchecked, create_dummy_kernel)]
 pub(super) fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    bias: &Tensor<F>,
-    padding: &Tensor<P>,
-    positions: &Tensor<I>,
-    segments: &Tensor<J>,
+    inputs: &Inputs<F, I, J, P>,
     output: &mut Tensor<F>,
     lse: &mut Tensor<F>,
     p: Scalars,
@@ -89,6 +83,8 @@ pub(super) fn flash_shared_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric
     #[comptime] stage: usize,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
+    let (q, k, v, bias) = (&inputs.q, &inputs.k, &inputs.v, &inputs.bias);
+    let (padding, positions, segments) = (&inputs.padding, &inputs.positions, &inputs.segments);
     let seq_q = p.seq_q as usize;
     let group = p.group as usize;
     let seq_k = p.seq_k as usize;
