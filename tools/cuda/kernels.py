@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Compile every GPU kernel for NVIDIA without a GPU, and say what each would cost on one.
 
+Past 700 lines for one reason: `.ci/checks` runs it as one standard-library
+script (the compile, the SASS reader, the occupancy calculator, the inner-loop gate, the
+tables), with its self-test beside it in `tools/cuda/selftest/`.
+
     python3 tools/cuda/kernels.py FOLDER [--jobs N]
     python3 tools/cuda/kernels.py --self-test
 

@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """The GPU kit's run: everything a lent GPU measures, from binaries built here, in two calls.
 
+Past 700 lines for one reason: the GPU machine gets one Python file of the standard library
+(no packages, no network), which runs every part, keeps the report written as it goes, and
+prints it; splitting it would add an import path to carry and keep in step.
+
 On the GPU machine (from the repository root, with `gpu-kit/` carried; docs/gpu.md), the two
 device calls of a lease, back to back on the warm machine, each at most 6 minutes:
 

@@ -40,6 +40,7 @@ mod mma;
 mod mma_backward;
 mod mma_backward_keys;
 mod mma_stage;
+mod mma_table;
 mod mma_warp;
 mod registers;
 mod scalars;
