@@ -1,3 +1,7 @@
+//! Past 700 lines for one reason: what the GPU kit runs of attention on a device, in the one
+//! binary the kit carries (`tools/gpu/kit/main.rs` links each bench's `main`), the tables and the
+//! tensor-core check with its sweep.
+//!
 //! Memory against length: how much memory one forward, and one forward plus backward, of a
 //! causal block at batch 1, d_model 256, 8 heads takes, for each scheme, beside burn's own
 //! `attention` without a bias on q, k, v of the same shapes. On flex and ndarray that is the
@@ -22,10 +26,6 @@
 //! twin, forward and backward, in f16 and bf16, then (without `--no-sweep`) sweeps the
 //! boundaries of their plans there (`flash_boundaries`): the GPU kit's check of the `mma.sync`
 //! path, which no CI machine can run; it exits non-zero on a mismatch.
-//!
-//! Past 700 lines for one reason: what the GPU kit runs of attention on a device, in the one
-//! binary the kit carries (`tools/gpu/kit/main.rs` links each bench's `main`), the tables and the
-//! tensor-core check with its sweep.
 //!
 //! A second table (`TABLE=grouped`; both by default, `TABLE=schemes` the first alone) sets
 //! grouped heads against repeating keys and values, a windowed block against the sequence

@@ -44,8 +44,8 @@ use super::backward_units::{
     cap_slope, probability, query_range, start_keys, start_queries, write_keys, write_queries,
 };
 use super::{
-    ALIBI, BIAS_GRAD, Inputs, InputsLaunch, ScalarValues, Scalars, final_score, head_bias,
-    key_place, key_range, query_place, storage_types,
+    ALIBI, BIAS_GRAD, Inputs, ScalarValues, Scalars, final_score, head_bias, inputs_arg, key_place,
+    key_range, query_place, storage_types,
 };
 use crate::attention::tile::BiasKind;
 use crate::attention::variant::{FlashVariant, count_backward_launch, pick};
@@ -493,15 +493,7 @@ pub(crate) fn launch_backward(
                     u32_of(sizes.batch, "batch"),
                 ),
                 units,
-                InputsLaunch::new(
-                    contiguous(q.clone()),
-                    contiguous(k.clone()),
-                    contiguous(v.clone()),
-                    contiguous(bias.clone()),
-                    contiguous(padding.clone()),
-                    contiguous(positions.clone()),
-                    contiguous(segments.clone()),
-                ),
+                inputs_arg([&q, &k, &v, &bias, &padding, &positions, &segments]),
                 contiguous(delta.clone()),
                 contiguous(lse.clone()),
                 contiguous(grad.clone()),
@@ -528,15 +520,7 @@ pub(crate) fn launch_backward(
                     u32_of(sizes.batch, "batch"),
                 ),
                 units,
-                InputsLaunch::new(
-                    contiguous(q),
-                    contiguous(k),
-                    contiguous(v),
-                    contiguous(bias),
-                    contiguous(padding),
-                    contiguous(positions),
-                    contiguous(segments),
-                ),
+                inputs_arg([&q, &k, &v, &bias, &padding, &positions, &segments]),
                 contiguous(delta),
                 contiguous(lse),
                 contiguous(grad),
@@ -613,7 +597,7 @@ pub(crate) fn launch_backward(
                     &client,
                     count,
                     CubeDim::new_1d(u32_of(units, "the cube's units")),
-                    InputsLaunch::new(contiguous(q), contiguous(k), contiguous(v), contiguous(bias), contiguous(padding), contiguous(positions), contiguous(segments)),
+                    inputs_arg([&q, &k, &v, &bias, &padding, &positions, &segments]),
                     contiguous(delta),
                     contiguous(lse),
                     contiguous(grad),

@@ -132,6 +132,16 @@ pub(super) struct Inputs<F: Float, I: Int, J: Int, P: Numeric> {
     pub segments: OwnedTensor<J>,
 }
 
+/// The seven input tensors (q, k, v, bias, padding, positions, segments), contiguous, as the
+/// kernels' [`Inputs`] argument: one for each launch (its element types are the kernel's own).
+fn inputs_arg<F: Float, I: Int, J: Int, P: Numeric>(
+    tensors: [&CubeTensor; 7],
+) -> InputsLaunch<F, I, J, P> {
+    let [q, k, v, bias, padding, positions, segments] =
+        tensors.map(|t| into_contiguous(t.clone()).into_tensor_arg());
+    InputsLaunch::new(q, k, v, bias, padding, positions, segments)
+}
+
 /// A cube's geometry, chosen by its variant.
 #[derive(Clone, Copy, Debug)]
 struct Plan {
@@ -509,7 +519,6 @@ pub(crate) fn launch(
             ),
             u32_of(sizes.batch, "batch"),
         );
-        let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
         // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; q,
         // the output and the log-sum-exp are read and written at rows `i < seq_q` of heads
         // `kv_head * group + run * span + w / tiles < n_heads`, columns below `d_head` and
@@ -523,15 +532,7 @@ pub(crate) fn launch(
                 &client,
                 count,
                 CubeDim::new_1d(u32_of(plan.units(), "the cube's units")),
-                InputsLaunch::new(
-                    contiguous(q),
-                    contiguous(k),
-                    contiguous(v),
-                    contiguous(bias),
-                    contiguous(padding),
-                    contiguous(positions),
-                    contiguous(segments),
-                ),
+                inputs_arg([&q, &k, &v, &bias, &padding, &positions, &segments]),
                 output.clone().into_tensor_arg(),
                 lse.clone().into_tensor_arg(),
                 values.launch(),
@@ -601,8 +602,6 @@ pub(crate) fn launch(
     } else {
         (output.clone(), lse.clone())
     };
-    let contiguous = |t: CubeTensor| into_contiguous(t).into_tensor_arg();
-    let operands = [q, k, v, bias, padding, positions, segments].map(contiguous);
     // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; every
     // read of q, the output and the log-sum-exp is guarded by `i < seq_q`; k and v are read at
     // keys `j < k_hi <= seq_k` of this cube's (sequence, kv head); the bias at head
@@ -619,10 +618,7 @@ pub(crate) fn launch(
                     &client,
                     count,
                     CubeDim::new_1d(u32_of(plan.units, "the cube's units")),
-                    {
-                        let [q, k, v, bias, padding, positions, segments] = operands;
-                        InputsLaunch::new(q, k, v, bias, padding, positions, segments)
-                    },
+                    inputs_arg([&q, &k, &v, &bias, &padding, &positions, &segments]),
                     out_buffer.clone().into_tensor_arg(),
                     lse_buffer.clone().into_tensor_arg(),
                     scalars,
