@@ -478,10 +478,16 @@ fn check_variant(
     let _forcing = crate::forcing(variant);
     // The tensor-core backward leaves a distance table's own gradient at explicit positions
     // (packed or shared ones) to the shared one: its launches are counted too, under the
-    // shared variant's lock.
+    // shared variant's lock. The register-blocked forward's backward is the shared one.
     let fallback = FlashVariant::Shared;
-    let _fallback = (variant == FlashVariant::TensorCores).then(|| crate::forcing(fallback));
+    let _fallback = matches!(variant, FlashVariant::TensorCores | FlashVariant::Blocked)
+        .then(|| crate::forcing(fallback));
     let fallback_before = flash_variant_backward_launches(fallback);
+    let backward_variant = if variant == FlashVariant::Blocked {
+        fallback
+    } else {
+        variant
+    };
     set_thread_flash_variant(Some(variant));
     set_thread_flash_key_splits(splits);
     let devices = wgpu_devices();
@@ -490,7 +496,7 @@ fn check_variant(
     }
     let cases: Vec<Case> = cases().into_iter().filter(|case| keep(case)).collect();
     let before = flash_variant_launches(variant);
-    let before_backward = flash_variant_backward_launches(variant);
+    let before_backward = flash_variant_backward_launches(backward_variant);
     let backward_calls_before = flash_attention_backward_calls();
     // The wide heads on the autodiff device alone: it checks the outputs too.
     let autodiff: Vec<Device> = devices
@@ -503,7 +509,7 @@ fn check_variant(
         check_cases(&devices, &cases) + check_cases(&autodiff, &wide) + check_half(&devices);
     let launched = flash_variant_launches(variant) - before;
     let backward_calls = flash_attention_backward_calls() - backward_calls_before;
-    let backward_launched = flash_variant_backward_launches(variant) - before_backward;
+    let backward_launched = flash_variant_backward_launches(backward_variant) - before_backward;
     let fell_back = if variant == FlashVariant::TensorCores {
         flash_variant_backward_launches(fallback) - fallback_before
     } else {
@@ -608,6 +614,30 @@ fn tensor_core_kernel_equals_the_slow_twin() {
         true,
     );
     assert_eq!(extra, 0, "tensor-core launches from elsewhere");
+}
+
+/// The register-blocked forward (issue 73), forced, with the shared backward it takes: every
+/// case below 1,000 tokens (the 63- and 65-token ones cross a block of 64 keys and a tile of 64
+/// rows; the 1-token ones take several heads a cube) and the 1000-token window (tiles whose keys
+/// start past 0, blocks every row sees whole beside partial ones), the wide heads (64 and 40:
+/// stages of 32 and 16 dimensions, values padded to 64) and the half-precision check; then the
+/// keys split into 3 runs and combined on the 63- and 65-token cases.
+#[test]
+fn blocked_kernel_equals_the_slow_twin() {
+    let extra = check_variant(
+        FlashVariant::Blocked,
+        None,
+        |case| case.seq_q < 1000 || case.window.is_some(),
+        true,
+    );
+    assert_eq!(extra, 0, "blocked launches from elsewhere");
+    let extra = check_variant(
+        FlashVariant::Blocked,
+        Some(3),
+        |case| (63..1000).contains(&case.seq_q),
+        false,
+    );
+    assert_eq!(extra, 0, "blocked launches from elsewhere");
 }
 
 /// `Auto` on a CPU-type adapter (lavapipe, llvmpipe: CI's wgpu) is the register kernel, on

@@ -24,11 +24,12 @@ use burn_positional_kernels::FlashVariant;
 /// so two tests forcing one variant at once would each count the other's launches. One lock per
 /// variant: tests of different variants still run side by side.
 fn forcing(variant: FlashVariant) -> MutexGuard<'static, ()> {
-    static LOCKS: [Mutex<()>; 3] = [const { Mutex::new(()) }; 3];
+    static LOCKS: [Mutex<()>; 4] = [const { Mutex::new(()) }; 4];
     let at = match variant {
         FlashVariant::Registers => 0,
         FlashVariant::Shared => 1,
         FlashVariant::TensorCores => 2,
+        FlashVariant::Blocked => 3,
         other => panic!("forcing: {other:?} is not a kernel"),
     };
     // A test that failed while holding it leaves the counts as they are: the next one still

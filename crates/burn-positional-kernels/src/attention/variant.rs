@@ -1,7 +1,8 @@
-//! Which of the three CubeCL attention kernels a device runs: the register kernel tuned on
-//! lavapipe, the shared-memory kernel shaped for a discrete GPU, or the tensor-core kernel for
-//! f16 and bf16 on NVIDIA GPUs with `mma.sync` (`cube/registers.rs`, `cube/shared.rs`,
-//! `cube/mma.rs`, `cube/mma_backward.rs`).
+//! Which of the four CubeCL attention kernels a device runs: the register kernel tuned on
+//! lavapipe, the shared-memory kernel shaped for a discrete GPU, the register-blocked forward on
+//! a GPU's FMA units, or the tensor-core kernel for f16 and bf16 on NVIDIA GPUs with `mma.sync`
+//! (`cube/registers.rs`, `cube/shared.rs`, `cube/blocked.rs`, `cube/mma.rs`,
+//! `cube/mma_backward.rs`).
 //!
 //! The choice is made in three places, the first that says something wins: a thread's override
 //! (tests only), the process-wide override ([`set_flash_variant`], which starts as the
@@ -21,7 +22,7 @@ use burn::tensor::Device;
 /// gradients `dS` rounded to f16 or bf16 before their products, as FlashAttention does).
 ///
 /// Set process-wide with [`set_flash_variant`] or the environment variable
-/// `BURN_POSITIONAL_FLASH=auto|registers|shared|tensor-cores` (read once, at the first
+/// `BURN_POSITIONAL_FLASH=auto|registers|shared|tensor-cores|blocked` (read once, at the first
 /// attention call or the first [`flash_variant`]); [`flash_variant_for`] tells what a device
 /// runs for a dtype.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -73,16 +74,30 @@ pub enum FlashVariant {
     ///
     /// `Auto` picks it for f16 and bf16 on a GPU with `mma.sync` for the dtype (see there).
     TensorCores,
+    /// The forward on the FMA units, register-blocked as an SGEMM (issue 73, `cube/blocked.rs`):
+    /// cubes of 128 units over 64 query rows, each unit a 4 x 8 tile of the scores and a
+    /// 4 x `d_v / 8` tile of the output in registers, queries, keys, weights and values read from
+    /// shared memory as 4-wide vectors (3 loads for 32 multiply-adds in `Q Kᵀ`), the row
+    /// statistics exchanged across the 8 units of a row, `exp2` with the `log2 e` folded in, the
+    /// tensor-core forward's block classification, split keys for small grids, f32 sums for
+    /// every storage dtype. For wgpu GPUs (no matrix instructions in WGSL) and f32 on CUDA. Its
+    /// backward is the shared kernel's.
+    ///
+    /// `Auto` does not pick it yet: it waits for a GPU's timings beside the shared kernel (the
+    /// kit's attention rows, `docs/gpu.md`); on CPU adapters the register kernel stays faster.
+    Blocked,
 }
 
 impl FlashVariant {
-    /// `auto`, `registers`, `shared` or `tensor-cores` (any case; `tensor_cores` too).
+    /// `auto`, `registers`, `shared`, `tensor-cores` (`tensor_cores` too) or `blocked`, in any
+    /// case.
     fn parse(text: &str) -> Option<Self> {
         match text.trim().to_ascii_lowercase().as_str() {
             "auto" => Some(Self::Auto),
             "registers" => Some(Self::Registers),
             "shared" => Some(Self::Shared),
             "tensor-cores" | "tensor_cores" => Some(Self::TensorCores),
+            "blocked" => Some(Self::Blocked),
             _ => None,
         }
     }
@@ -93,6 +108,7 @@ impl FlashVariant {
             Self::Registers => 1,
             Self::Shared => 2,
             Self::TensorCores => 3,
+            Self::Blocked => 4,
         }
     }
 
@@ -101,11 +117,12 @@ impl FlashVariant {
             1 => Self::Registers,
             2 => Self::Shared,
             3 => Self::TensorCores,
+            4 => Self::Blocked,
             _ => Self::Auto,
         }
     }
 
-    /// Where this variant's launches are counted (tests): 0, 1 or 2; `None` for `Auto`.
+    /// Where this variant's launches are counted (tests): 0 to 3; `None` for `Auto`.
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     fn slot(self) -> Option<usize> {
         match self {
@@ -113,6 +130,7 @@ impl FlashVariant {
             Self::Registers => Some(0),
             Self::Shared => Some(1),
             Self::TensorCores => Some(2),
+            Self::Blocked => Some(3),
         }
     }
 }
@@ -238,7 +256,7 @@ pub(crate) fn requested() -> FlashVariant {
 fn env_variant() -> FlashVariant {
     *ENV.get_or_init(|| match std::env::var(FLASH_VARIANT_ENV) {
         Ok(text) if !text.trim().is_empty() => FlashVariant::parse(&text).unwrap_or_else(|| {
-            panic!("{FLASH_VARIANT_ENV}={text:?}: expected auto, registers, shared or tensor-cores")
+            panic!("{FLASH_VARIANT_ENV}={text:?}: expected auto, registers, shared, tensor-cores or blocked")
         }),
         _ => FlashVariant::Auto,
     })
@@ -319,11 +337,11 @@ fn halves_ready(
         })
 }
 
-/// Launches of the register, shared and tensor-core kernels, forward (0, 1, 2) and backward
-/// (3, 4, 5).
+/// Launches of the register, shared, tensor-core and register-blocked kernels, forward (0 to 3)
+/// and backward (4 to 7: the blocked forward's backward counts as the shared kernel's).
 #[cfg(feature = "testing")]
-static LAUNCHES: [std::sync::atomic::AtomicU64; 6] =
-    [const { std::sync::atomic::AtomicU64::new(0) }; 6];
+static LAUNCHES: [std::sync::atomic::AtomicU64; 8] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 8];
 
 /// Counts one launch of `variant`'s forward kernel (resolved: never `Auto`).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -342,7 +360,7 @@ pub(crate) fn count_launch(variant: FlashVariant) {
 pub(crate) fn count_backward_launch(variant: FlashVariant) {
     #[cfg(feature = "testing")]
     if let Some(at) = variant.slot() {
-        LAUNCHES[3 + at].fetch_add(1, Ordering::Relaxed);
+        LAUNCHES[4 + at].fetch_add(1, Ordering::Relaxed);
     }
     #[cfg(not(feature = "testing"))]
     let _ = variant;
@@ -354,7 +372,7 @@ pub(crate) fn count_backward_launch(variant: FlashVariant) {
 pub fn flash_variant_backward_launches(variant: FlashVariant) -> u64 {
     variant
         .slot()
-        .map_or(0, |at| LAUNCHES[3 + at].load(Ordering::Relaxed))
+        .map_or(0, |at| LAUNCHES[4 + at].load(Ordering::Relaxed))
 }
 
 /// How many times this process launched `variant`'s forward kernel, on any thread (a fused op
@@ -383,11 +401,13 @@ mod tests {
             Some(FlashVariant::TensorCores)
         );
         assert_eq!(FlashVariant::parse("tensor cores"), None);
+        assert_eq!(FlashVariant::parse("Blocked"), Some(FlashVariant::Blocked));
         for v in [
             FlashVariant::Auto,
             FlashVariant::Registers,
             FlashVariant::Shared,
             FlashVariant::TensorCores,
+            FlashVariant::Blocked,
         ] {
             assert_eq!(FlashVariant::from_code(v.code()), v);
         }

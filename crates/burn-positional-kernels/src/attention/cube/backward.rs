@@ -545,9 +545,10 @@ pub(crate) fn launch_backward(
     }
 
     // The variant the caller chose (or the adapter's), as the forward picks its kernel; the
-    // shared one where the device can hold its stages (the tensor-core one's fallback too).
+    // shared one where the device can hold its stages (the tensor-core one's fallback too, and
+    // the register-blocked forward's backward).
     let shared = match variant {
-        FlashVariant::Shared | FlashVariant::TensorCores => {
+        FlashVariant::Shared | FlashVariant::TensorCores | FlashVariant::Blocked => {
             super::backward_shared::plan(&sizes, group, dtype.size(), &properties.hardware)
         }
         _ => None,

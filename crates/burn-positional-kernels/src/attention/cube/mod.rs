@@ -5,6 +5,9 @@
 //!   unit keeps a few query rows in registers and reads keys and values from device memory;
 //! - `shared.rs`, shaped for a discrete GPU: key and value blocks staged in shared memory by
 //!   all the units of a cube, one or two query rows per unit, cubes of whole planes;
+//! - `blocked.rs`, the forward on a GPU's FMA units register-blocked as an SGEMM: each unit a
+//!   4 x 8 tile of the scores and a 4-row tile of the output, its operands read from shared
+//!   memory as 4-wide vectors (its backward is the shared kernel's);
 //! - `mma.rs` (the forward) and `mma_backward.rs` (the backward), for f16 and bf16 on NVIDIA's
 //!   tensor cores: FlashAttention-2 on `mma.sync` with its fragments in registers
 //!   (`fragment/`; what both do per warp `mma_warp.rs`, their staging `mma_stage.rs`),
@@ -32,6 +35,7 @@
 mod backward;
 mod backward_shared;
 mod backward_units;
+mod blocked;
 pub(crate) mod boundaries;
 #[cfg(feature = "cuda-check")]
 pub(crate) mod cuda_cases;
@@ -550,10 +554,23 @@ pub(crate) fn launch(
         }
         return (output, lse);
     }
+    if variant == FlashVariant::Blocked
+        && let Some(plan) = blocked::plan(&sizes, group, &properties.hardware)
+    {
+        launch_blocked(
+            [&q, &k, &v, &bias, &padding, &positions, &segments],
+            &output,
+            &lse,
+            &sizes,
+            args,
+            plan,
+        );
+        return (output, lse);
+    }
     // The tensor-core kernel falls back to the shared one where it does not fit, or where
-    // llvmpipe would cut its loop short.
+    // llvmpipe would cut its loop short; the blocked one where its cube does not fit.
     let plan = match variant {
-        FlashVariant::Shared | FlashVariant::TensorCores => {
+        FlashVariant::Shared | FlashVariant::TensorCores | FlashVariant::Blocked => {
             shared::plan(&sizes, group, dtype.size(), &properties.hardware)
         }
         _ => None,
@@ -650,4 +667,97 @@ pub(crate) fn launch(
         );
     }
     (output, lse)
+}
+
+/// The register-blocked forward's launch ([`blocked::flash_blocked_kernel`]) with `plan`: the
+/// inputs as [`launch`] checked them (q, k, v, bias, padding, positions, segments), the
+/// outputs it allocated; the keys split as the shared forward splits them (`split.rs`).
+fn launch_blocked(
+    inputs: [&CubeTensor; 7],
+    output: &CubeTensor,
+    lse: &CubeTensor,
+    sizes: &super::Sizes,
+    args: &TileArgs,
+    plan: blocked::BlockedPlan,
+) {
+    let [q, _, _, _, padding, positions, segments] = inputs;
+    let client = q.client.clone();
+    let properties = client.properties();
+    let dtype = q.dtype;
+    let group = sizes.n_heads / sizes.n_kv_heads;
+    count_launch(FlashVariant::Blocked);
+    let mut values = ScalarValues::new(sizes, args, plan.rows(), positions, dtype, 0);
+    let query_tiles = sizes.seq_q.div_ceil(plan.rows());
+    let runs = group / plan.span;
+    // The grid the splits see: tiles times runs of heads (`key_splits` multiplies in the rest).
+    let splits = split::key_splits(
+        sizes,
+        query_tiles * runs,
+        args.key_splits,
+        properties.hardware.num_streaming_multiprocessors,
+    );
+    values.splits = splits as u32;
+    let u32_of = |v: usize, what: &str| {
+        u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
+    };
+    let count = CubeCount::Static(
+        u32_of(query_tiles * splits, "the query tiles times the key splits"),
+        u32_of(
+            sizes.n_kv_heads * runs,
+            "the key/value heads times their runs of heads",
+        ),
+        u32_of(sizes.batch, "batch"),
+    );
+    let (out_buffer, lse_buffer) = if splits > 1 {
+        let partial = |d: usize| {
+            empty_device_dtype(
+                client.clone(),
+                q.device.clone(),
+                Shape::new([splits * sizes.batch, sizes.n_heads, sizes.seq_q, d]),
+                dtype,
+            )
+        };
+        (partial(sizes.d_v), partial(1))
+    } else {
+        (output.clone(), lse.clone())
+    };
+    let native = mma::emulation(&properties, burn::tensor::DType::F16) == Some(false);
+    // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; q is read
+    // at rows `i < seq_q` of heads `kv_head * group + run * span + r / rows < n_heads`, columns
+    // below `d_head`; k and v at keys `j < k_hi <= seq_k` of this cube's (sequence, kv head),
+    // columns below `d_head` and `d_v`; the output and the log-sum-exp (or the splits' partial
+    // ones, `[splits * batch, ..]`) at rows `i < seq_q`, columns below `d_v`; the bias,
+    // positions, segments and padding as the other kernels read them; shared memory indices
+    // stay below the sizes the kernel declares, which the plan fitted to the device.
+    unsafe {
+        blocked::flash_blocked_kernel::launch_unchecked(
+            &client,
+            count,
+            CubeDim::new_1d(blocked::UNITS as u32),
+            inputs_arg(inputs),
+            out_buffer.clone().into_tensor_arg(),
+            lse_buffer.clone().into_tensor_arg(),
+            values.launch(),
+            u32_of(group, "the group"),
+            u32_of(plan.span, "the heads per cube"),
+            sizes.d_head,
+            sizes.d_v,
+            plan.chunk,
+            plan.v_keys,
+            mma::general(values.flags),
+            native,
+            storage_types(dtype, positions, segments, padding),
+        )
+    }
+    if splits > 1 {
+        split::combine_splits(
+            &out_buffer,
+            &lse_buffer,
+            output,
+            lse,
+            splits,
+            sizes.d_v,
+            values.lowest,
+        );
+    }
 }

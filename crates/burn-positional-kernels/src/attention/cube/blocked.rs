@@ -1,0 +1,492 @@
+//! The register-blocked SIMT forward ([`FlashVariant::Blocked`](super::FlashVariant), issue 73):
+//! FlashAttention-2's loop on the FMA units, shaped as an SGEMM is. Each unit owns a small tile
+//! of the scores and of the output in registers and reads its operands from shared memory as
+//! 4-wide vectors, so a handful of loads feed tens of independent multiply-adds; the shared
+//! kernel (`shared.rs`) keeps one query row a unit, so every score is a chain of dependent FMAs
+//! with a load of the key each.
+//!
+//! A cube is [`UNITS`] units over [`TILE_ROWS`] query rows: `span` heads of a key/value head's
+//! group times `rows = TILE_ROWS / span` rows each (`span` > 1 only for short calls: a decoding
+//! step's rows of several heads share the stages). Unit `u` is `(ty, tx) = (u / 8, u % 8)`: it owns
+//! the tile's rows `4 ty..4 ty + 4` (one head) and, of each block of [`BLOCK`] keys, the keys
+//! `4 tx..4 tx + 4` and `32 + 4 tx..32 + 4 tx + 4` (a 4 x 8 tile of the scores); of the output
+//! the same 4 rows times the columns `4 (tx + 8 n)..4 (tx + 8 n) + 4` for each `n` (a 4 x `d_v / 8`
+//! tile). The eight units of a row group are eight consecutive units.
+//!
+//! Per block of keys:
+//!
+//! 1. `S = Q Kᵀ`, in stages of `chunk` dimensions (16 or 32): the cube copies the stage's
+//!    query rows and keys into shared memory transposed (`[dimension][row]`, f32, 4 rows or keys
+//!    a vector, rows padded by one vector so the copies meet no bank conflict); each unit then
+//!    reads, per dimension, one vector of its 4 rows and two of its 8 keys (12 values: 3 loads)
+//!    for 32 multiply-adds. The query rows are read again each block (from the cache: they are
+//!    the tile's own), which keeps a cube within 32 KiB of shared memory at every width;
+//! 2. the score formula ([`biased_score`], and [`visible`] except on blocks every row sees
+//!    whole: the tensor-core forward's classification, [`full_block`]), in log2 units: the
+//!    `log2 e` folded in, the weights `exp2(s - m)` (one `MUFU.EX2` on CUDA, [`exp2`]);
+//! 3. each row's block maximum across its eight units through shared memory (written before the
+//!    barrier that ends the stage's reads: no barrier of its own), the rescale, the weights;
+//!    each unit's share of a row's sum stays its own until the end;
+//! 4. `O += P V`: the weights go to shared memory transposed (`[key][row]`, in the space of the
+//!    query and key stages, which no one reads any more), the values in stages of `v_keys` keys
+//!    (`[key][column]`); per key a unit reads one vector of its 4 weights and `d_v / 32` vectors
+//!    of values for `4 x d_v / 8` multiply-adds;
+//! 5. at the end the row sums are added across the eight units (in one order: the same on every
+//!    unit), and `O / l` and `m + ln l` written.
+//!
+//! Barriers: two a stage of `Q Kᵀ` and two a stage of `V`, the stage of the weights included (6 a
+//! block at widths up to 64 with 48 KiB of shared memory). The inner loops run 8 dimensions or
+//! keys unrolled a step: small kernels for llvmpipe's LLVM, and few enough run-time iterations
+//! that its loop limit (`mma::LOOP_LIMIT`) is far away at the tests' lengths.
+//!
+//! Odd widths are padded: `d_head` to the stage (16 or 32), `d_v` to 32, with zeros.
+//! Split keys as the shared forward (`split.rs`: the same partial outputs and combine).
+
+// Kernel code is CubeCL's Rust subset: one argument per launch value.
+#![allow(clippy::too_many_arguments)]
+
+use cubecl::ir::HardwareProperties;
+use cubecl::prelude::*;
+
+use super::fragment::exp2;
+use super::mma_warp::full_block;
+use super::{
+    EXPLICIT, HIDDEN, Inputs, PADDED, SEGMENTED, Scalars, UNSEEN, biased_score, head_bias,
+    key_place, key_range, query_place, visible,
+};
+use crate::attention::Sizes;
+
+/// Units a cube: four planes of 32.
+pub(super) const UNITS: usize = 128;
+/// Query rows a cube (all its heads together).
+pub(super) const TILE_ROWS: usize = 64;
+/// Keys a block.
+pub(super) const BLOCK: usize = 64;
+/// Units that share a row group (consecutive units).
+const COLUMN_GROUPS: usize = 8;
+/// Vectors of 4 a transposed row of the stages: 16 (64 rows or keys) and one of padding.
+const STRIDE: usize = TILE_ROWS / 4 + 1;
+/// Dimensions or keys of one unrolled step of the inner loops.
+const STEP: usize = 8;
+/// The most shared memory one cube takes, in bytes: what CUDA gives a kernel without opting in.
+const MAX_SHARED_BYTES: usize = 48 * 1024;
+
+type Quad = Vector<f32, Const<4>>;
+
+/// One cube per (query tile and key split, key/value head and run of `span` of its heads,
+/// sequence) = `(CUBE_POS_X, CUBE_POS_Y, CUBE_POS_Z)`, [`UNITS`] units; see the module. `chunk`
+/// is the dimensions of a stage of `Q Kᵀ` (16 or 32, dividing `d_head` padded to it), `v_keys`
+/// the keys of a stage of `V` (dividing [`BLOCK`]). `general`: the call has a bias, a softcap,
+/// explicit positions, segments or padding (`mma::general`). `native`: CUDA's approximate
+/// `ex2` and `tanh` ([`exp2`]). Inputs are contiguous.
+#[cube(launch_unchecked, create_dummy_kernel)]
+pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeric>(
+    inputs: &Inputs<F, I, J, P>,
+    output: &mut Tensor<F>,
+    lse: &mut Tensor<F>,
+    p: Scalars,
+    group: u32,
+    span: u32,
+    #[comptime] d_head: usize,
+    #[comptime] d_v: usize,
+    #[comptime] chunk: usize,
+    #[comptime] v_keys: usize,
+    #[comptime] general: bool,
+    #[comptime] native: bool,
+    #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
+) {
+    let (q, k, v, bias) = (&inputs.q, &inputs.k, &inputs.v, &inputs.bias);
+    let (padding, positions, segments) = (&inputs.padding, &inputs.positions, &inputs.segments);
+    let chunks = comptime!(d_head.next_multiple_of(chunk) / chunk);
+    // Output vectors a unit (columns `4 (tx + 8 n)..`), and vectors a row of the value stage.
+    let out_vectors = comptime!(d_v.next_multiple_of(32) / 32);
+    let v_row = comptime!(d_v.next_multiple_of(32) / 4);
+    let v_stages = comptime!(BLOCK / v_keys);
+    // Vectors of 4 each unit copies: of a stage of query rows (and as many of keys), of values.
+    let qk_copies = comptime!(chunk * (TILE_ROWS / 4) / UNITS);
+    let v_copies = comptime!(v_keys * d_v.next_multiple_of(32) / 4 / UNITS);
+
+    let unit = UNIT_POS as usize;
+    let ty = unit / COLUMN_GROUPS;
+    let tx = unit % COLUMN_GROUPS;
+    let group = group as usize;
+    let span = span as usize;
+    let runs = group / span;
+    let kv_head = CUBE_POS_Y as usize / runs;
+    let run = CUBE_POS_Y as usize % runs;
+    let b = CUBE_POS_Z as usize;
+    let seq_q = p.seq_q as usize;
+    let seq_k = p.seq_k as usize;
+    let n_heads = p.n_heads as usize;
+    let rows = p.rows as usize;
+    let splits = p.splits as usize;
+    let split = CUBE_POS_X as usize % splits;
+    let r0 = (CUBE_POS_X as usize / splits) * rows;
+    let first_head = kv_head * group + run * span;
+    let kv_base = (b * (n_heads / group) + kv_head) * seq_k;
+    // This unit's 4 rows: one head's queries `i0..i0 + 4`.
+    let head = first_head + (ty * 4) / rows;
+    let i0 = r0 + (ty * 4) % rows;
+
+    // The stages of `Q Kᵀ` (`[chunk][STRIDE]` of rows, then of keys), later the weights
+    // (`[BLOCK][STRIDE]`); the value stage; the row groups' maxima and sums; the keys' places.
+    let qk_len = comptime!((2 * chunk).max(BLOCK) * STRIDE);
+    let mut qk_s = Shared::<[Quad]>::new_aligned_slice(qk_len, 16usize);
+    let mut v_s = Shared::<[Quad]>::new_aligned_slice(comptime!(v_keys * v_row), 16usize);
+    let mut red_s = Shared::<[Quad]>::new_aligned_slice(UNITS, 16usize);
+    let meta = comptime!(if general { BLOCK } else { 1 });
+    let mut kp_s = Shared::<[i32]>::new_slice(meta);
+    let mut seen_s = Shared::<[u32]>::new_slice(meta);
+    let mut segment_s = Shared::<[i32]>::new_slice(meta);
+
+    let mut q_pos = Array::<i32>::new(4usize);
+    let mut q_seg = Array::<i32>::new(4usize);
+    let mut m = Array::<f32>::new(4usize);
+    let mut l = Array::<f32>::new(4usize);
+    #[unroll]
+    for t in 0..4usize {
+        let (position, segment) = query_place(positions, segments, &p, b, i0 + t);
+        q_pos[t] = position;
+        q_seg[t] = segment;
+        m[t] = f32::new(HIDDEN);
+        l[t] = 0.0;
+    }
+    let mut acc = Array::<Quad>::new(comptime!(4 * out_vectors));
+    #[unroll]
+    for a in 0..comptime!(4 * out_vectors) {
+        acc[a] = Quad::new(0.0);
+    }
+    let (slope, table_base) = head_bias::<F, f32>(bias, &p, head);
+    let scale = p.scale;
+    let log2e = core::f32::consts::LOG2_E;
+    // Only sequential positions without segments or padding have blocks every row sees whole.
+    let classify = (p.flags & (EXPLICIT | SEGMENTED | PADDED)) == 0;
+    let last_row = min(r0 + rows, seq_q) - 1;
+
+    // This cube's share of the tile's keys: one of `splits` consecutive runs.
+    let (tile_lo, tile_hi) = key_range(&p, r0);
+    let mut width = 0usize;
+    if tile_hi > tile_lo {
+        width = tile_hi - tile_lo;
+    }
+    let share = (width + splits - 1) / splits;
+    let k_lo = min(tile_lo + split * share, tile_hi);
+    let k_hi = min(k_lo + share, tile_hi);
+
+    let mut j0 = k_lo;
+    while j0 < k_hi {
+        // 1. S = Q Kᵀ, a stage of `chunk` dimensions at a time.
+        let mut s = Array::<Quad>::new(8usize);
+        #[unroll]
+        for a in 0..8usize {
+            s[a] = Quad::new(0.0);
+        }
+        #[unroll]
+        for ci in 0..chunks {
+            let d0 = ci * chunk;
+            #[unroll]
+            for e in 0..qk_copies {
+                let w = unit + e * UNITS;
+                let d = w % chunk;
+                let rv = w / chunk;
+                let mut qv = Quad::empty();
+                let mut kv = Quad::empty();
+                #[unroll]
+                for c in 0..4usize {
+                    let r = rv * 4 + c;
+                    let i = r0 + r % rows;
+                    let h = first_head + r / rows;
+                    let mut x = 0.0f32;
+                    if i < seq_q && d0 + d < d_head {
+                        x = f32::cast_from(q[((b * n_heads + h) * seq_q + i) * d_head + d0 + d]);
+                    }
+                    qv.insert(c, x);
+                    let j = j0 + r;
+                    let mut y = 0.0f32;
+                    if j < k_hi && d0 + d < d_head {
+                        y = f32::cast_from(k[(kv_base + j) * d_head + d0 + d]);
+                    }
+                    kv.insert(c, y);
+                }
+                qk_s[d * STRIDE + rv] = qv;
+                qk_s[(chunk + d) * STRIDE + rv] = kv;
+            }
+            if comptime!(general && ci == 0) {
+                if unit < BLOCK {
+                    let j = j0 + unit;
+                    let (position, seen, segment) =
+                        key_place(positions, segments, padding, &p, b, j, j < k_hi);
+                    kp_s[unit] = position;
+                    let mut seen_bit = 0u32;
+                    if seen {
+                        seen_bit = 1u32;
+                    }
+                    seen_s[unit] = seen_bit;
+                    segment_s[unit] = segment;
+                }
+            }
+            sync_cube();
+            let mut d = 0usize;
+            while d < chunk {
+                #[unroll]
+                for dd in 0..STEP {
+                    let row = (d + dd) * STRIDE;
+                    let qv = qk_s[row + ty];
+                    let k0 = qk_s[chunk * STRIDE + row + tx];
+                    let k1 = qk_s[chunk * STRIDE + row + tx + COLUMN_GROUPS];
+                    #[unroll]
+                    for t in 0..4usize {
+                        let qt = Quad::new(qv.extract(t));
+                        s[2 * t] += qt * k0;
+                        s[2 * t + 1] += qt * k1;
+                    }
+                }
+                d += STEP;
+            }
+            if comptime!(ci + 1 < chunks) {
+                sync_cube();
+            }
+        }
+
+        // 2. The score formula, in log2 units; each row's maximum over this unit's 8 keys.
+        let full = classify && j0 + BLOCK <= k_hi && full_block(&p, r0, last_row, j0, BLOCK);
+        let mut part_max = Quad::empty();
+        #[unroll]
+        for t in 0..4usize {
+            let mut row_max = f32::new(HIDDEN);
+            #[unroll]
+            for kv in 0..2usize {
+                let mut quad = s[2 * t + kv];
+                #[unroll]
+                for e in 0..4usize {
+                    let c = 4 * (tx + COLUMN_GROUPS * kv) + e;
+                    let j = j0 + c;
+                    let mut k_pos = p.key_offset + j as i32;
+                    let mut k_seen = j < k_hi;
+                    let mut k_seg = 0i32;
+                    if comptime!(general) {
+                        k_pos = kp_s[c];
+                        k_seen = seen_s[c] == 1;
+                        k_seg = segment_s[c];
+                    }
+                    let rel = k_pos - q_pos[t];
+                    let mut y = quad.extract(e) * scale;
+                    if comptime!(general) {
+                        y = biased_score::<F, f32>(y, rel, bias, slope, table_base, &p, native);
+                    }
+                    y *= log2e;
+                    if !full && !visible(rel, k_seen && i0 + t < seq_q, q_seg[t], k_seg, &p) {
+                        y = f32::new(HIDDEN);
+                    }
+                    quad.insert(e, y);
+                    row_max = max(row_max, y);
+                }
+                s[2 * t + kv] = quad;
+            }
+            part_max.insert(t, row_max);
+        }
+        red_s[unit] = part_max;
+        // The stages' reads end; the maxima are out.
+        sync_cube();
+
+        // 3. The rows' maxima, the rescale, the weights (this unit's share of each row's sum).
+        #[unroll]
+        for t in 0..4usize {
+            let mut block_max = f32::new(HIDDEN);
+            #[unroll]
+            for x in 0..COLUMN_GROUPS {
+                block_max = max(block_max, red_s[ty * COLUMN_GROUPS + x].extract(t));
+            }
+            let m_new = max(m[t], block_max);
+            let seen = m_new > f32::new(UNSEEN);
+            let mut correction = 1.0f32;
+            if seen {
+                correction = exp2(m[t] - m_new, !native);
+                m[t] = m_new;
+            }
+            l[t] *= correction;
+            #[unroll]
+            for n in 0..out_vectors {
+                acc[t * out_vectors + n] = acc[t * out_vectors + n] * Quad::new(correction);
+            }
+            #[unroll]
+            for kv in 0..2usize {
+                let mut quad = s[2 * t + kv];
+                #[unroll]
+                for e in 0..4usize {
+                    let mut weight = 0.0f32;
+                    if seen {
+                        weight = exp2(quad.extract(e) - m_new, !native);
+                    }
+                    l[t] += weight;
+                    quad.insert(e, weight);
+                }
+                s[2 * t + kv] = quad;
+            }
+        }
+
+        // 4. The weights transposed into the stages' space (`[key][row]`), then O += P V.
+        #[unroll]
+        for kv in 0..2usize {
+            #[unroll]
+            for e in 0..4usize {
+                let c = 4 * (tx + COLUMN_GROUPS * kv) + e;
+                let mut weights = Quad::empty();
+                #[unroll]
+                for t in 0..4usize {
+                    weights.insert(t, s[2 * t + kv].extract(e));
+                }
+                qk_s[c * STRIDE + ty] = weights;
+            }
+        }
+        #[unroll]
+        for vs in 0..v_stages {
+            if comptime!(vs > 0) {
+                sync_cube();
+            }
+            // Zeros past `k_hi`: their weights are 0, and 0 times a stale value could be NaN.
+            #[unroll]
+            for e in 0..v_copies {
+                let w = unit + e * UNITS;
+                let c = w / v_row;
+                let cv = w % v_row;
+                let j = j0 + vs * v_keys + c;
+                let mut quad = Quad::empty();
+                #[unroll]
+                for x in 0..4usize {
+                    let col = cv * 4 + x;
+                    let mut y = 0.0f32;
+                    if j < k_hi && col < d_v {
+                        y = f32::cast_from(v[(kv_base + j) * d_v + col]);
+                    }
+                    quad.insert(x, y);
+                }
+                v_s[w] = quad;
+            }
+            sync_cube();
+            let mut c = 0usize;
+            while c < v_keys {
+                #[unroll]
+                for cc in 0..STEP {
+                    let weights = qk_s[(vs * v_keys + c + cc) * STRIDE + ty];
+                    #[unroll]
+                    for n in 0..out_vectors {
+                        let values = v_s[(c + cc) * v_row + tx + COLUMN_GROUPS * n];
+                        #[unroll]
+                        for t in 0..4usize {
+                            acc[t * out_vectors + n] += Quad::new(weights.extract(t)) * values;
+                        }
+                    }
+                }
+                c += STEP;
+            }
+        }
+        // Everyone done with the weights and values before the next block overwrites them.
+        sync_cube();
+        j0 += BLOCK;
+    }
+
+    // 5. Each row's sum over its eight units, in one order.
+    let mut part_sum = Quad::empty();
+    #[unroll]
+    for t in 0..4usize {
+        part_sum.insert(t, l[t]);
+    }
+    red_s[unit] = part_sum;
+    sync_cube();
+    // Split keys: this split's normalized rows and log-sum-exp, at sequence `split * batch + b`
+    // of the `[splits * batch, ..]` partial outputs.
+    let at = split * CUBE_COUNT_Z as usize + b;
+    #[unroll]
+    for t in 0..4usize {
+        let mut sum = 0.0f32;
+        #[unroll]
+        for x in 0..COLUMN_GROUPS {
+            sum += red_s[ty * COLUMN_GROUPS + x].extract(t);
+        }
+        let i = i0 + t;
+        if i < seq_q {
+            let row = (at * n_heads + head) * seq_q + i;
+            let mut inv = 0.0f32;
+            let mut log_sum = p.lowest;
+            if sum > 0.0 {
+                inv = 1.0 / sum;
+                log_sum = m[t] * core::f32::consts::LN_2 + f32::ln(sum);
+            }
+            #[unroll]
+            for n in 0..out_vectors {
+                let quad = acc[t * out_vectors + n];
+                #[unroll]
+                for x in 0..4usize {
+                    let col = 4 * (tx + COLUMN_GROUPS * n) + x;
+                    if col < d_v {
+                        output[row * d_v + col] = F::cast_from(quad.extract(x) * inv);
+                    }
+                }
+            }
+            if tx == 0 {
+                lse[row] = F::cast_from(log_sum);
+            }
+        }
+    }
+}
+
+/// A register-blocked cube's geometry: `span` heads of a group times `TILE_ROWS / span` query
+/// rows each, `chunk` dimensions a stage of `Q Kᵀ` and `v_keys` keys a stage of `V`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct BlockedPlan {
+    pub span: usize,
+    pub chunk: usize,
+    pub v_keys: usize,
+}
+
+impl BlockedPlan {
+    /// Query rows per head in one cube.
+    pub fn rows(&self) -> usize {
+        TILE_ROWS / self.span
+    }
+}
+
+/// The shared memory a plan takes for heads of `d_v`, in bytes: the stages of `Q Kᵀ` (or of the
+/// weights, in the same space), the value stage, the row groups' exchange, the keys' places.
+pub(super) fn shared_bytes(chunk: usize, v_keys: usize, d_v: usize) -> usize {
+    let vector = 16;
+    (2 * chunk).max(BLOCK) * STRIDE * vector
+        + v_keys * d_v.next_multiple_of(32) * 4
+        + UNITS * vector
+        + BLOCK * 12
+}
+
+/// The forward's geometry, or `None` where a cube of [`UNITS`] units or the smallest stages do
+/// not fit the device (then the shared kernel runs). Stages of 32 dimensions where the width
+/// pads to a multiple of 32 no wider than to 16 (else 16), values in stages of 64 keys where
+/// they fit, down to 16; as many of the group's heads in a cube (a power of two, at most 16:
+/// each unit's 4 rows are one head's) as leave each at least `seq_q` rows, or 64.
+pub(super) fn plan(
+    sizes: &Sizes,
+    group: usize,
+    hardware: &HardwareProperties,
+) -> Option<BlockedPlan> {
+    if UNITS > hardware.max_units_per_cube as usize {
+        return None;
+    }
+    let budget = hardware.max_shared_memory_size.min(MAX_SHARED_BYTES);
+    let chunk = if sizes.d_head.next_multiple_of(32) == sizes.d_head.next_multiple_of(16) {
+        32
+    } else {
+        16
+    };
+    let wanted = sizes.seq_q.clamp(1, TILE_ROWS);
+    let span = [16, 8, 4, 2, 1]
+        .into_iter()
+        .find(|&span| group % span == 0 && TILE_ROWS / span >= wanted)
+        .unwrap_or(1);
+    [64, 32, 16]
+        .into_iter()
+        .find(|&v_keys| shared_bytes(chunk, v_keys, sizes.d_v) <= budget)
+        .map(|v_keys| BlockedPlan {
+            span,
+            chunk,
+            v_keys,
+        })
+}
