@@ -424,6 +424,85 @@ def flash_gate(loop: dict | None, want: dict) -> list[str]:
     return out
 
 
+SIMT_FORWARD = "attention forward: blocked"
+SIMT_BESIDE = ("attention forward: shared",)
+SIMT_MAX_REGISTERS = 128
+
+
+def simt_loops(instructions: list) -> dict:
+    """The loops of a SIMT FlashAttention kernel, read from the SASS (issue 73): the innermost
+    back-edge regions (none holds another) with FFMA in them, each counted (instructions, FFMA,
+    shared loads LDS of any width, barriers), and the block loop (the region with the most
+    barriers) with its MUFU.EX2 and the accurate exp's FFMA.SAT/FFMA.RM."""
+    edges = []
+    for address, mnemonic, operands in instructions:
+        target = re.search(r"0x([0-9a-f]+)", operands) if mnemonic.startswith("BRA") else None
+        if target and int(target.group(1), 16) < address:
+            edges.append((int(target.group(1), 16), address))
+
+    def counts(start: int, end: int) -> dict:
+        body = [m for a, m, _ in instructions if start <= a <= end]
+        return {"start": start, "end": end, "instructions": len(body),
+                "ffma": sum(1 for m in body if m == "FFMA" or m.startswith("FFMA.")),
+                "lds": sum(1 for m in body if m == "LDS" or m.startswith("LDS.")),
+                "bar": sum(1 for m in body if m.startswith("BAR")),
+                "mufu_ex2": sum(1 for m in body if m.startswith("MUFU.EX2")),
+                "accurate_exp": sum(1 for m in body if m.startswith(("FFMA.SAT", "FFMA.RM")))}
+
+    inner = [counts(*e) for e in edges
+             if not any(o != e and e[0] <= o[0] and o[1] <= e[1] for o in edges)]
+    regions = [counts(*e) for e in edges]
+    block = max(regions, key=lambda r: (r["bar"], r["instructions"]), default=None)
+    return {"inner": [r for r in inner if r["ffma"]], "block": block}
+
+
+def simt_gate(row: dict, loops: dict | None) -> list[str]:
+    """Issue 73's gate for the register-blocked forward: at most 128 registers a unit (4 cubes of
+    128 per multiprocessor); in every inner loop of FFMA, FFMA at least 60 % of the instructions
+    and at most one shared-memory load per 4 FFMA; no accurate-exp sequence in the block loop
+    (spills fail every kernel already)."""
+    out = []
+    if row.get("registers", 0) > SIMT_MAX_REGISTERS:
+        out.append(f"{row['registers']} registers a unit, above {SIMT_MAX_REGISTERS}")
+    if not loops or not loops["inner"]:
+        return out + ["inner loops: no loop of FFMA in the SASS"]
+    for loop in loops["inner"]:
+        where = f"inner loop at {loop['start']:#x}"
+        if loop["ffma"] < 0.6 * loop["instructions"]:
+            out.append(f"{where}: {loop['ffma']} FFMA of {loop['instructions']} instructions, below 60 %")
+        if 4 * loop["lds"] > loop["ffma"]:
+            out.append(f"{where}: {loop['lds']} shared loads for {loop['ffma']} FFMA, above one per 4")
+    if loops["block"] and loops["block"]["accurate_exp"]:
+        out.append(f"block loop: {loops['block']['accurate_exp']} FFMA.SAT/FFMA.RM (the accurate exp)")
+    return out
+
+
+def simt_table(rows: list[dict]) -> str:
+    """The SIMT forwards' loops (the register-blocked kernel's, gated, and the shared kernel's
+    beside it): per inner loop of FFMA its instructions, FFMA and shared loads; the block loop's
+    instructions (each inner loop's body counted once), barriers and MUFU.EX2."""
+    head = ["kernel", "spec", "arch", "regs", "spill st/ld", "inner loops: instructions / FFMA / LDS",
+            "FFMA share (least)", "FFMA a load (least)", "block loop: instructions, BAR, MUFU.EX2",
+            "accurate exp", "gate"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for r in rows:
+        loops = r.get("simt")
+        if r["kernel"] not in (SIMT_FORWARD, *SIMT_BESIDE) or not loops or "registers" not in r:
+            continue
+        inner, block = loops["inner"], loops["block"]
+        share = min((l["ffma"] / l["instructions"] for l in inner), default=0)
+        per_load = min((l["ffma"] / l["lds"] for l in inner if l["lds"]), default=0)
+        values = [r["kernel"].removeprefix("attention forward: "), r["spec"], f"sm_{r['arch']}", r["registers"],
+                  f"{r['spill_stores']}/{r['spill_loads']}",
+                  ", ".join(f"{l['instructions']}/{l['ffma']}/{l['lds']}" for l in inner) or "none",
+                  f"{100 * share:.0f} %", f"{per_load:.1f}",
+                  f"{block['instructions']}, {block['bar']}, {block['mufu_ex2']}" if block else "none",
+                  block["accurate_exp"] if block else 0,
+                  ("FAIL" if r["failures"] else "ok") if r["kernel"] == SIMT_FORWARD else "not gated"]
+        lines.append("| " + " | ".join(cell(v) for v in values) + " |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 # --------------------------------------------------------------------------------------------
 # One program: compile, disassemble.
 
@@ -443,6 +522,7 @@ class Program:
     hmma: int = 0
     mma: dict = field(default_factory=dict)
     loops: dict = field(default_factory=dict)
+    simt: dict = field(default_factory=dict)
     sass_functions: list = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
@@ -473,7 +553,9 @@ def build_program(program: Program, nvrtc: Nvrtc, include_dirs: list[str], bin_d
                 f.write(run.stdout)
             program.res_usage = parse_res_usage(run.stdout)
             program.hmma, program.mma = count_mma(run.stdout)
-            program.loops = {name: inner_loop(ins) for name, ins in sass_functions(run.stdout).items()}
+            functions = sass_functions(run.stdout)
+            program.loops = {name: inner_loop(ins) for name, ins in functions.items()}
+            program.simt = {name: simt_loops(ins) for name, ins in functions.items()}
             program.sass_functions = re.findall(r"^\s*Function : (\S+)", run.stdout, re.M)
     program.seconds = time.monotonic() - start
     return program
@@ -594,6 +676,9 @@ def make_row(index: int, entry: dict, program: Program, known_spills: dict | Non
         want["spill_known"] = known is not None
         row["loop_expected"] = want
         failures.extend(flash_gate(row["loop"], want))
+    row["simt"] = program.simt.get(name)
+    if entry["kernel"] == SIMT_FORWARD:
+        failures.extend(simt_gate(row, row["simt"]))
     if entry["tensor_cores"] and not program.mma:
         failures.append("marked tensor_cores, but its SASS has no tensor-core MMA (no HMMA/HGMMA)")
     p = ARCHS[arch]
@@ -754,7 +839,10 @@ def run(folder: str, jobs: int, quiet: bool = False, spills: str | None = None,
     ] + ([f"The tensor-core kernels' inner loops per block and warp, beside FlashAttention-2's formula "
           f"(tools/cuda/selftest/fa2_probe.cu: 335 instructions, 64 HMMA, 34 MUFU.EX2, 32 LDSM, 4 SHFL, 2 BAR, "
           f"8 LDGSTS at 16 rows, 64 keys, width 64: 512 cycles a block, bound by LDSM, 128 per 1k pairs):", "",
-          loop_table(rows), ""] if loop_table(rows) else []) + [
+          loop_table(rows), ""] if loop_table(rows) else []) + (
+        ["The SIMT forwards' loops (issue 73's gate on the register-blocked kernel: at most 128 registers, "
+         "FFMA at least 60 % of each inner loop and at least 4 a shared load, no accurate exp; the shared "
+         "kernel beside it, not gated):", "", simt_table(rows), ""] if simt_table(rows) else []) + [
         f"{len(rows)} entries, {len(programs)} programs compiled with NVRTC {nvrtc.version()} "
         f"in {elapsed:.1f} s ({jobs} jobs); {sum(1 for r in rows if r['failures'])} failed; "
         f"{known_count} spill as the known spills list (not failures).",

@@ -5,8 +5,8 @@
 //! kernel (`shared.rs`) keeps one query row a unit, so every score is a chain of dependent FMAs
 //! with a load of the key each.
 //!
-//! A cube is [`UNITS`] units over [`TILE_ROWS`] query rows: `span` heads of a key/value head's
-//! group times `rows = TILE_ROWS / span` rows each (`span` > 1 only for short calls: a decoding
+//! A cube is [`UNITS`] units over `tile_rows` query rows (64; 32 for values wider than 64):
+//! `span` heads of a key/value head's group times `rows = tile_rows / span` rows each (`span` > 1 only for short calls: a decoding
 //! step's rows of several heads share the stages). Unit `u` is `(ty, tx) = (u / 8, u % 8)`: it owns
 //! the tile's rows `4 ty..4 ty + 4` (one head) and, of each block of [`BLOCK`] keys, the keys
 //! `4 tx..4 tx + 4` and `32 + 4 tx..32 + 4 tx + 4` (a 4 x 8 tile of the scores); of the output
@@ -45,7 +45,8 @@
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]
 
-use cubecl::ir::HardwareProperties;
+use cubecl::features::Plane;
+use cubecl::ir::DeviceProperties;
 use cubecl::prelude::*;
 
 use super::fragment::exp2;
@@ -58,16 +59,12 @@ use crate::attention::Sizes;
 
 /// Units a cube: four planes of 32.
 pub(super) const UNITS: usize = 128;
-/// Query rows a cube (all its heads together).
-pub(super) const TILE_ROWS: usize = 64;
 /// Keys a block.
 pub(super) const BLOCK: usize = 64;
-/// Units that share a row group (consecutive units).
-const COLUMN_GROUPS: usize = 8;
-/// Vectors of 4 a transposed row of the stages: 16 (64 rows or keys) and one of padding.
-const STRIDE: usize = TILE_ROWS / 4 + 1;
+/// Vectors of 4 a transposed row of the key stage: 16 (64 keys) and one of padding.
+const KEY_STRIDE: usize = BLOCK / 4 + 1;
 /// Dimensions or keys of one unrolled step of the inner loops.
-const STEP: usize = 8;
+const STEP: usize = 4;
 /// The most shared memory one cube takes, in bytes: what CUDA gives a kernel without opting in.
 const MAX_SHARED_BYTES: usize = 48 * 1024;
 
@@ -89,26 +86,36 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     span: u32,
     #[comptime] d_head: usize,
     #[comptime] d_v: usize,
+    #[comptime] tile_rows: usize,
     #[comptime] chunk: usize,
     #[comptime] v_keys: usize,
     #[comptime] general: bool,
     #[comptime] native: bool,
+    #[comptime] planes: bool,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
     let (q, k, v, bias) = (&inputs.q, &inputs.k, &inputs.v, &inputs.bias);
     let (padding, positions, segments) = (&inputs.padding, &inputs.positions, &inputs.segments);
     let chunks = comptime!(d_head.next_multiple_of(chunk) / chunk);
-    // Output vectors a unit (columns `4 (tx + 8 n)..`), and vectors a row of the value stage.
-    let out_vectors = comptime!(d_v.next_multiple_of(32) / 32);
-    let v_row = comptime!(d_v.next_multiple_of(32) / 4);
+    // Units that share a row group (consecutive units), vectors of 4 a transposed row of the
+    // query stage and of the weights (one of padding).
+    let groups = comptime!(UNITS / (tile_rows / 4));
+    let row_stride = comptime!(tile_rows / 4 + 1);
+    // A unit's vectors of keys (`4 (tx + groups kq)..`) and of output columns (`4 (tx + groups
+    // n)..`), and the vectors a row of the value stage.
+    let key_quads = comptime!(BLOCK / 4 / groups);
+    let out_vectors = comptime!(d_v.next_multiple_of(4 * groups) / (4 * groups));
+    let v_row = comptime!(d_v.next_multiple_of(4 * groups) / 4);
     let v_stages = comptime!(BLOCK / v_keys);
-    // Vectors of 4 each unit copies: of a stage of query rows (and as many of keys), of values.
-    let qk_copies = comptime!(chunk * (TILE_ROWS / 4) / UNITS);
-    let v_copies = comptime!(v_keys * d_v.next_multiple_of(32) / 4 / UNITS);
+    let k_at = comptime!(chunk * row_stride);
 
     let unit = UNIT_POS as usize;
-    let ty = unit / COLUMN_GROUPS;
-    let tx = unit % COLUMN_GROUPS;
+    // The copies stride by the cube's size as a run-time value: a loop the compiler keeps (one
+    // vector's loads in flight a unit), where a fully unrolled one has every load of a stage in
+    // registers at once (137 live at the softmax at width 64, NVRTC for sm_90).
+    let units = CUBE_DIM_X as usize;
+    let ty = unit / groups;
+    let tx = unit % groups;
     let group = group as usize;
     let span = span as usize;
     let runs = group / span;
@@ -118,7 +125,9 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     let seq_q = p.seq_q as usize;
     let seq_k = p.seq_k as usize;
     let n_heads = p.n_heads as usize;
+    // A power of two (`tile_rows / span`): the copies divide by shifts.
     let rows = p.rows as usize;
+    let rows_shift = u32::trailing_zeros(p.rows) as usize;
     let splits = p.splits as usize;
     let split = CUBE_POS_X as usize % splits;
     let r0 = (CUBE_POS_X as usize / splits) * rows;
@@ -128,12 +137,14 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     let head = first_head + (ty * 4) / rows;
     let i0 = r0 + (ty * 4) % rows;
 
-    // The stages of `Q Kᵀ` (`[chunk][STRIDE]` of rows, then of keys), later the weights
-    // (`[BLOCK][STRIDE]`); the value stage; the row groups' maxima and sums; the keys' places.
-    let qk_len = comptime!((2 * chunk).max(BLOCK) * STRIDE);
+    // The stages of `Q Kᵀ` (`[chunk][row_stride]` of rows, then `[chunk][KEY_STRIDE]` of keys),
+    // later the weights (`[BLOCK][row_stride]`); the value stage; the row groups' maxima and
+    // sums; the keys' places.
+    let qk_len = comptime!((chunk * (row_stride + KEY_STRIDE)).max(BLOCK * row_stride));
     let mut qk_s = Shared::<[Quad]>::new_aligned_slice(qk_len, 16usize);
     let mut v_s = Shared::<[Quad]>::new_aligned_slice(comptime!(v_keys * v_row), 16usize);
-    let mut red_s = Shared::<[Quad]>::new_aligned_slice(UNITS, 16usize);
+    let mut red_s =
+        Shared::<[Quad]>::new_aligned_slice(comptime!(if planes { 1 } else { UNITS }), 16usize);
     let meta = comptime!(if general { BLOCK } else { 1 });
     let mut kp_s = Shared::<[i32]>::new_slice(meta);
     let mut seen_s = Shared::<[u32]>::new_slice(meta);
@@ -176,40 +187,44 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     let mut j0 = k_lo;
     while j0 < k_hi {
         // 1. S = Q Kᵀ, a stage of `chunk` dimensions at a time.
-        let mut s = Array::<Quad>::new(8usize);
+        let mut s = Array::<Quad>::new(comptime!(4 * key_quads));
         #[unroll]
-        for a in 0..8usize {
+        for a in 0..comptime!(4 * key_quads) {
             s[a] = Quad::new(0.0);
         }
         #[unroll]
         for ci in 0..chunks {
             let d0 = ci * chunk;
-            #[unroll]
-            for e in 0..qk_copies {
-                let w = unit + e * UNITS;
+            let mut w = unit;
+            while w < comptime!(chunk * (BLOCK / 4)) {
                 let d = w % chunk;
-                let rv = w / chunk;
+                // Rows (and keys) `4 rv..4 rv + 4`: one head's consecutive queries.
+                let r4 = (w / chunk) * 4;
+                let i = r0 + (r4 & (rows - 1));
+                let q_row = (b * n_heads + first_head + (r4 >> rows_shift)) * seq_q + i;
+                let in_width = d0 + d < d_head;
                 let mut qv = Quad::empty();
                 let mut kv = Quad::empty();
+                // The query stage has `tile_rows` rows, the key stage 64 keys.
+                let query = r4 < tile_rows;
                 #[unroll]
                 for c in 0..4usize {
-                    let r = rv * 4 + c;
-                    let i = r0 + r % rows;
-                    let h = first_head + r / rows;
                     let mut x = 0.0f32;
-                    if i < seq_q && d0 + d < d_head {
-                        x = f32::cast_from(q[((b * n_heads + h) * seq_q + i) * d_head + d0 + d]);
+                    if query && i + c < seq_q && in_width {
+                        x = f32::cast_from(q[(q_row + c) * d_head + d0 + d]);
                     }
                     qv.insert(c, x);
-                    let j = j0 + r;
                     let mut y = 0.0f32;
-                    if j < k_hi && d0 + d < d_head {
-                        y = f32::cast_from(k[(kv_base + j) * d_head + d0 + d]);
+                    if j0 + r4 + c < k_hi && in_width {
+                        y = f32::cast_from(k[(kv_base + j0 + r4 + c) * d_head + d0 + d]);
                     }
                     kv.insert(c, y);
                 }
-                qk_s[d * STRIDE + rv] = qv;
-                qk_s[(chunk + d) * STRIDE + rv] = kv;
+                if query {
+                    qk_s[d * row_stride + r4 / 4] = qv;
+                }
+                qk_s[k_at + d * KEY_STRIDE + r4 / 4] = kv;
+                w += units;
             }
             if comptime!(general && ci == 0) {
                 if unit < BLOCK {
@@ -230,15 +245,14 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
             while d < chunk {
                 #[unroll]
                 for dd in 0..STEP {
-                    let row = (d + dd) * STRIDE;
-                    let qv = qk_s[row + ty];
-                    let k0 = qk_s[chunk * STRIDE + row + tx];
-                    let k1 = qk_s[chunk * STRIDE + row + tx + COLUMN_GROUPS];
+                    let qv = qk_s[(d + dd) * row_stride + ty];
                     #[unroll]
-                    for t in 0..4usize {
-                        let qt = Quad::new(qv.extract(t));
-                        s[2 * t] += qt * k0;
-                        s[2 * t + 1] += qt * k1;
+                    for kq in 0..key_quads {
+                        let keys = qk_s[k_at + (d + dd) * KEY_STRIDE + tx + groups * kq];
+                        #[unroll]
+                        for t in 0..4usize {
+                            s[t * key_quads + kq] += Quad::new(qv.extract(t)) * keys;
+                        }
                     }
                 }
                 d += STEP;
@@ -248,28 +262,30 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
             }
         }
 
-        // 2. The score formula, in log2 units; each row's maximum over this unit's 8 keys.
+        // 2. The score formula, in log2 units; each row's maximum over this unit's keys.
         let full = classify && j0 + BLOCK <= k_hi && full_block(&p, r0, last_row, j0, BLOCK);
+        // Sequential positions (the plain formula): key `j0 + c` against row `i0 + t` is
+        // `rel0 + c - t` away, one register for the block and the rest immediates.
+        let rel0 = p.key_offset + j0 as i32 - (p.query_offset + i0 as i32);
         let mut part_max = Quad::empty();
         #[unroll]
         for t in 0..4usize {
             let mut row_max = f32::new(HIDDEN);
             #[unroll]
-            for kv in 0..2usize {
-                let mut quad = s[2 * t + kv];
+            for kq in 0..key_quads {
+                let mut quad = s[t * key_quads + kq];
                 #[unroll]
                 for e in 0..4usize {
-                    let c = 4 * (tx + COLUMN_GROUPS * kv) + e;
-                    let j = j0 + c;
-                    let mut k_pos = p.key_offset + j as i32;
-                    let mut k_seen = j < k_hi;
+                    let c = 4 * (tx + groups * kq) + e;
+                    let mut rel =
+                        rel0 + (4 * (tx + groups * kq)) as i32 + comptime!(e as i32 - t as i32);
+                    let mut k_seen = j0 + c < k_hi;
                     let mut k_seg = 0i32;
                     if comptime!(general) {
-                        k_pos = kp_s[c];
+                        rel = kp_s[c] - q_pos[t];
                         k_seen = seen_s[c] == 1;
                         k_seg = segment_s[c];
                     }
-                    let rel = k_pos - q_pos[t];
                     let mut y = quad.extract(e) * scale;
                     if comptime!(general) {
                         y = biased_score::<F, f32>(y, rel, bias, slope, table_base, &p, native);
@@ -281,11 +297,13 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
                     quad.insert(e, y);
                     row_max = max(row_max, y);
                 }
-                s[2 * t + kv] = quad;
+                s[t * key_quads + kq] = quad;
             }
             part_max.insert(t, row_max);
         }
-        red_s[unit] = part_max;
+        if comptime!(!planes) {
+            red_s[unit] = part_max;
+        }
         // The stages' reads end; the maxima are out.
         sync_cube();
 
@@ -293,9 +311,13 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
         #[unroll]
         for t in 0..4usize {
             let mut block_max = f32::new(HIDDEN);
-            #[unroll]
-            for x in 0..COLUMN_GROUPS {
-                block_max = max(block_max, red_s[ty * COLUMN_GROUPS + x].extract(t));
+            if comptime!(planes) {
+                block_max = group_max(part_max.extract(t), groups);
+            } else {
+                #[unroll]
+                for x in 0..groups {
+                    block_max = max(block_max, red_s[ty * groups + x].extract(t));
+                }
             }
             let m_new = max(m[t], block_max);
             let seen = m_new > f32::new(UNSEEN);
@@ -310,8 +332,8 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
                 acc[t * out_vectors + n] = acc[t * out_vectors + n] * Quad::new(correction);
             }
             #[unroll]
-            for kv in 0..2usize {
-                let mut quad = s[2 * t + kv];
+            for kq in 0..key_quads {
+                let mut quad = s[t * key_quads + kq];
                 #[unroll]
                 for e in 0..4usize {
                     let mut weight = 0.0f32;
@@ -321,22 +343,22 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
                     l[t] += weight;
                     quad.insert(e, weight);
                 }
-                s[2 * t + kv] = quad;
+                s[t * key_quads + kq] = quad;
             }
         }
 
         // 4. The weights transposed into the stages' space (`[key][row]`), then O += P V.
         #[unroll]
-        for kv in 0..2usize {
+        for kq in 0..key_quads {
             #[unroll]
             for e in 0..4usize {
-                let c = 4 * (tx + COLUMN_GROUPS * kv) + e;
+                let c = 4 * (tx + groups * kq) + e;
                 let mut weights = Quad::empty();
                 #[unroll]
                 for t in 0..4usize {
-                    weights.insert(t, s[2 * t + kv].extract(e));
+                    weights.insert(t, s[t * key_quads + kq].extract(e));
                 }
-                qk_s[c * STRIDE + ty] = weights;
+                qk_s[c * row_stride + ty] = weights;
             }
         }
         #[unroll]
@@ -345,9 +367,8 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
                 sync_cube();
             }
             // Zeros past `k_hi`: their weights are 0, and 0 times a stale value could be NaN.
-            #[unroll]
-            for e in 0..v_copies {
-                let w = unit + e * UNITS;
+            let mut w = unit;
+            while w < comptime!(v_keys * v_row) {
                 let c = w / v_row;
                 let cv = w % v_row;
                 let j = j0 + vs * v_keys + c;
@@ -362,16 +383,17 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
                     quad.insert(x, y);
                 }
                 v_s[w] = quad;
+                w += units;
             }
             sync_cube();
             let mut c = 0usize;
             while c < v_keys {
                 #[unroll]
                 for cc in 0..STEP {
-                    let weights = qk_s[(vs * v_keys + c + cc) * STRIDE + ty];
+                    let weights = qk_s[(vs * v_keys + c + cc) * row_stride + ty];
                     #[unroll]
                     for n in 0..out_vectors {
-                        let values = v_s[(c + cc) * v_row + tx + COLUMN_GROUPS * n];
+                        let values = v_s[(c + cc) * v_row + tx + groups * n];
                         #[unroll]
                         for t in 0..4usize {
                             acc[t * out_vectors + n] += Quad::new(weights.extract(t)) * values;
@@ -386,23 +408,29 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
         j0 += BLOCK;
     }
 
-    // 5. Each row's sum over its eight units, in one order.
+    // 5. Each row's sum over its row group's units, in one order.
     let mut part_sum = Quad::empty();
     #[unroll]
     for t in 0..4usize {
         part_sum.insert(t, l[t]);
     }
-    red_s[unit] = part_sum;
-    sync_cube();
+    if comptime!(!planes) {
+        red_s[unit] = part_sum;
+        sync_cube();
+    }
     // Split keys: this split's normalized rows and log-sum-exp, at sequence `split * batch + b`
     // of the `[splits * batch, ..]` partial outputs.
     let at = split * CUBE_COUNT_Z as usize + b;
     #[unroll]
     for t in 0..4usize {
         let mut sum = 0.0f32;
-        #[unroll]
-        for x in 0..COLUMN_GROUPS {
-            sum += red_s[ty * COLUMN_GROUPS + x].extract(t);
+        if comptime!(planes) {
+            sum = group_sum(l[t], groups);
+        } else {
+            #[unroll]
+            for x in 0..groups {
+                sum += red_s[ty * groups + x].extract(t);
+            }
         }
         let i = i0 + t;
         if i < seq_q {
@@ -418,7 +446,7 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
                 let quad = acc[t * out_vectors + n];
                 #[unroll]
                 for x in 0..4usize {
-                    let col = 4 * (tx + COLUMN_GROUPS * n) + x;
+                    let col = 4 * (tx + groups * n) + x;
                     if col < d_v {
                         output[row * d_v + col] = F::cast_from(quad.extract(x) * inv);
                     }
@@ -431,62 +459,107 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     }
 }
 
-/// A register-blocked cube's geometry: `span` heads of a group times `TILE_ROWS / span` query
-/// rows each, `chunk` dimensions a stage of `Q Kᵀ` and `v_keys` keys a stage of `V`.
+/// The largest `x` of this unit's row group (`groups` consecutive units of one plane, a power
+/// of two): a butterfly of plane shuffles, the same on every unit of the group.
+#[cube]
+fn group_max(x: f32, #[comptime] groups: usize) -> f32 {
+    let mut m = x;
+    #[unroll]
+    for k in 0..comptime!(groups.trailing_zeros() as usize) {
+        m = max(m, plane_shuffle_xor(m, comptime!(1u32 << k)));
+    }
+    m
+}
+
+/// The sum of `x` over this unit's row group, as [`group_max`]: each step adds two partial
+/// sums, whose order does not change an f32 sum, so every unit of the group gets the same bits.
+#[cube]
+fn group_sum(x: f32, #[comptime] groups: usize) -> f32 {
+    let mut s = x;
+    #[unroll]
+    for k in 0..comptime!(groups.trailing_zeros() as usize) {
+        s += plane_shuffle_xor(s, comptime!(1u32 << k));
+    }
+    s
+}
+
+/// A register-blocked cube's geometry: `span` heads of a group times `tile_rows / span` query
+/// rows each (`tile_rows` 64, or 32 for values wider than 64: a unit's output tile is 4 rows of
+/// `d_v / 8` or `d_v / 16` columns), `chunk` dimensions a stage of `Q Kᵀ` and `v_keys` keys a
+/// stage of `V`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct BlockedPlan {
     pub span: usize,
+    pub tile_rows: usize,
     pub chunk: usize,
     pub v_keys: usize,
+    /// The row statistics through plane shuffles ([`group_max`], [`group_sum`]) rather than
+    /// shared memory: where the device has plane operations on planes of at least a row group.
+    pub planes: bool,
 }
 
 impl BlockedPlan {
     /// Query rows per head in one cube.
     pub fn rows(&self) -> usize {
-        TILE_ROWS / self.span
+        self.tile_rows / self.span
     }
 }
 
-/// The shared memory a plan takes for heads of `d_v`, in bytes: the stages of `Q Kᵀ` (or of the
-/// weights, in the same space), the value stage, the row groups' exchange, the keys' places.
-pub(super) fn shared_bytes(chunk: usize, v_keys: usize, d_v: usize) -> usize {
+/// The shared memory a cube of `tile_rows` takes for heads of `d_v`, in bytes: the stages of
+/// `Q Kᵀ` (or of the weights, in the same space), the value stage, the row groups' exchange,
+/// the keys' places.
+pub(super) fn shared_bytes(tile_rows: usize, chunk: usize, v_keys: usize, d_v: usize) -> usize {
     let vector = 16;
-    (2 * chunk).max(BLOCK) * STRIDE * vector
-        + v_keys * d_v.next_multiple_of(32) * 4
+    let groups = UNITS / (tile_rows / 4);
+    let row_stride = tile_rows / 4 + 1;
+    (chunk * (row_stride + KEY_STRIDE)).max(BLOCK * row_stride) * vector
+        + v_keys * d_v.next_multiple_of(4 * groups) * 4
         + UNITS * vector
         + BLOCK * 12
 }
 
 /// The forward's geometry, or `None` where a cube of [`UNITS`] units or the smallest stages do
-/// not fit the device (then the shared kernel runs). Stages of 32 dimensions where the width
-/// pads to a multiple of 32 no wider than to 16 (else 16), values in stages of 64 keys where
-/// they fit, down to 16; as many of the group's heads in a cube (a power of two, at most 16:
-/// each unit's 4 rows are one head's) as leave each at least `seq_q` rows, or 64.
+/// not fit the device (then the shared kernel runs). 64 rows a cube where the values are at most
+/// 32 wide, or 64 under the plain formula (`general`: see the kernel), else 32 (a unit's output
+/// and the general formula's row state in at most 128 registers: NVRTC for sm_90); stages of
+/// 32 dimensions where the width pads to a multiple of 32 no wider than to 16 (else 16), values in
+/// stages of 64 keys where they fit, down to 16; as many of the group's heads in a cube (a power
+/// of two: each unit's 4 rows are one head's) as leave each at least `seq_q` rows, or all.
 pub(super) fn plan(
     sizes: &Sizes,
     group: usize,
-    hardware: &HardwareProperties,
+    properties: &DeviceProperties,
+    general: bool,
 ) -> Option<BlockedPlan> {
+    let hardware = &properties.hardware;
     if UNITS > hardware.max_units_per_cube as usize {
         return None;
     }
     let budget = hardware.max_shared_memory_size.min(MAX_SHARED_BYTES);
+    let tile_rows = if sizes.d_v <= 32 || (sizes.d_v <= 64 && !general) {
+        64
+    } else {
+        32
+    };
     let chunk = if sizes.d_head.next_multiple_of(32) == sizes.d_head.next_multiple_of(16) {
         32
     } else {
         16
     };
-    let wanted = sizes.seq_q.clamp(1, TILE_ROWS);
+    let wanted = sizes.seq_q.clamp(1, tile_rows);
     let span = [16, 8, 4, 2, 1]
         .into_iter()
-        .find(|&span| group % span == 0 && TILE_ROWS / span >= wanted)
+        .find(|&span| group % span == 0 && tile_rows / span >= wanted.max(4))
         .unwrap_or(1);
     [64, 32, 16]
         .into_iter()
-        .find(|&v_keys| shared_bytes(chunk, v_keys, sizes.d_v) <= budget)
+        .find(|&v_keys| shared_bytes(tile_rows, chunk, v_keys, sizes.d_v) <= budget)
         .map(|v_keys| BlockedPlan {
             span,
+            tile_rows,
             chunk,
             v_keys,
+            planes: properties.features.plane.contains(Plane::Ops)
+                && hardware.plane_size_min as usize >= UNITS / (tile_rows / 4),
         })
 }

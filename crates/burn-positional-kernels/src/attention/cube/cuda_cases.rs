@@ -6,6 +6,7 @@
 //! - The tensor-core forward and backward (`mma.sync`, f32 emulated) at every width, both score
 //!   formulas.
 //! - The shared and register kernels, forced or as the fallback.
+//! - The register-blocked forward, both score formulas.
 //! - The split keys' combine.
 //!
 //! Every width, dtype, group and bias-gradient size is the full matrix (`cargo run --example
@@ -17,7 +18,7 @@ use burn::tensor::DType;
 use cubecl::prelude::*;
 
 use super::{
-    InputsLaunch, KEY_BLOCK, ScalarsLaunch, backward, backward_shared, mma, mma_backward,
+    InputsLaunch, KEY_BLOCK, ScalarsLaunch, backward, backward_shared, blocked, mma, mma_backward,
     mma_backward_keys, registers, shared, split,
 };
 use crate::attention::Sizes;
@@ -174,6 +175,47 @@ fn forward(
     // for every group: one specialization serves them all (named by the first group).
     if group != GROUPS[0] {
         return;
+    }
+    let native = mma::emulation(properties, DType::F16) == Some(false);
+    for general in [false, true] {
+        let Some(plan) = blocked::plan(&sizes, group, properties, general) else {
+            continue;
+        };
+        {
+            let kernel = blocked::flash_blocked_kernel::create_dummy_kernel(
+                properties.clone(),
+                target.target.clone(),
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_1d(blocked::UNITS as u32),
+                inputs(),
+                tensor(4),
+                tensor(4),
+                scalars(),
+                group as u32,
+                plan.span as u32,
+                d_head,
+                d_v,
+                plan.tile_rows,
+                plan.chunk,
+                plan.v_keys,
+                general,
+                native,
+                plan.planes,
+                dtypes,
+            );
+            cases.push(Case::new(
+                "attention forward: blocked",
+                name(format!(
+                    "rows {} chunk {} values {}, {} scores",
+                    plan.tile_rows,
+                    plan.chunk,
+                    plan.v_keys,
+                    if general { "general" } else { "plain" },
+                )),
+                false,
+                kernel,
+            ));
+        }
     }
     let plans = [
         shared::plan(&sizes, group, dtype.size(), &properties.hardware),

@@ -555,16 +555,14 @@ pub(crate) fn launch(
         return (output, lse);
     }
     if variant == FlashVariant::Blocked
-        && let Some(plan) = blocked::plan(&sizes, group, &properties.hardware)
-    {
-        launch_blocked(
+        && launch_blocked(
             [&q, &k, &v, &bias, &padding, &positions, &segments],
             &output,
             &lse,
             &sizes,
             args,
-            plan,
-        );
+        )
+    {
         return (output, lse);
     }
     // The tensor-core kernel falls back to the shared one where it does not fit, or where
@@ -669,24 +667,29 @@ pub(crate) fn launch(
     (output, lse)
 }
 
-/// The register-blocked forward's launch ([`blocked::flash_blocked_kernel`]) with `plan`: the
-/// inputs as [`launch`] checked them (q, k, v, bias, padding, positions, segments), the
-/// outputs it allocated; the keys split as the shared forward splits them (`split.rs`).
+/// The register-blocked forward's launch ([`blocked::flash_blocked_kernel`]): the inputs as
+/// [`launch`] checked them (q, k, v, bias, padding, positions, segments), the outputs it
+/// allocated; the keys split as the shared forward splits them (`split.rs`). `false` where its
+/// plan does not fit the device (nothing launched: the caller falls back).
 fn launch_blocked(
     inputs: [&CubeTensor; 7],
     output: &CubeTensor,
     lse: &CubeTensor,
     sizes: &super::Sizes,
     args: &TileArgs,
-    plan: blocked::BlockedPlan,
-) {
+) -> bool {
     let [q, _, _, _, padding, positions, segments] = inputs;
     let client = q.client.clone();
     let properties = client.properties();
     let dtype = q.dtype;
     let group = sizes.n_heads / sizes.n_kv_heads;
+    let mut values = ScalarValues::new(sizes, args, 1, positions, dtype, 0);
+    let general = mma::general(values.flags);
+    let Some(plan) = blocked::plan(sizes, group, &properties, general) else {
+        return false;
+    };
     count_launch(FlashVariant::Blocked);
-    let mut values = ScalarValues::new(sizes, args, plan.rows(), positions, dtype, 0);
+    values.rows = plan.rows() as u32;
     let query_tiles = sizes.seq_q.div_ceil(plan.rows());
     let runs = group / plan.span;
     // The grid the splits see: tiles times runs of heads (`key_splits` multiplies in the rest).
@@ -742,10 +745,12 @@ fn launch_blocked(
             u32_of(plan.span, "the heads per cube"),
             sizes.d_head,
             sizes.d_v,
+            plan.tile_rows,
             plan.chunk,
             plan.v_keys,
-            mma::general(values.flags),
+            general,
             native,
+            plan.planes,
             storage_types(dtype, positions, segments, padding),
         )
     }
@@ -760,4 +765,5 @@ fn launch_blocked(
             values.lowest,
         );
     }
+    true
 }
