@@ -1,5 +1,5 @@
-//! Every flash kernel across the boundaries of its plan: for each variant (the register, shared
-//! and tensor-core kernels, and the shared forward with its keys split), head widths 32, 40,
+//! Every flash kernel across the boundaries of its plan: for each variant (the register, shared,
+//! register-blocked and tensor-core kernels, and the shared forward with its keys split), head widths 32, 40,
 //! 64, 96 and 128 (the tensor cores) or one per plan (32, 40, 64 and 128 for the shared kernel
 //! and its split keys, 32, 64 and 128 for the register kernel), the key and
 //! query counts on both sides of every stage, key block, cube of
@@ -293,6 +293,23 @@ fn split_keys_across_their_boundaries() {
     sweep(
         FlashVariant::Shared,
         Some(3),
+        &PLAN_WIDTHS,
+        &[],
+        &[DType::F32],
+    );
+}
+
+/// The register-blocked forward (issue 73) across its boundaries: one query row over every key
+/// count (blocks of 64 keys, stages of values, splits), every row count (cubes of 64 rows at
+/// widths 32, 40 and 64, of 32 at 128; four rows a unit) and the most rows over 2,049 keys, at
+/// one width per plan (32: one stage of 32 dimensions; 40: stages of 16, values padded to 64;
+/// 64: two stages; 128: cubes of 32 rows, values in 16 units' columns). The forward only: its
+/// backward is the shared kernel's, which `shared_kernel_across_its_boundaries` sweeps.
+#[test]
+fn blocked_kernel_across_its_boundaries() {
+    sweep(
+        FlashVariant::Blocked,
+        None,
         &PLAN_WIDTHS,
         &[],
         &[DType::F32],

@@ -4,10 +4,10 @@
 
 use std::collections::BTreeSet;
 
-use cubecl::ir::HardwareProperties;
+use cubecl::ir::DeviceProperties;
 
 use super::backward::per_unit as backward_per_unit;
-use super::{KEY_BLOCK, backward_shared, mma_backward, registers, shared, split};
+use super::{KEY_BLOCK, backward_shared, blocked, mma_backward, registers, shared, split};
 use crate::attention::Sizes;
 use crate::attention::boundaries::{FlashBoundaries, LONG};
 use crate::attention::variant::FlashVariant;
@@ -21,7 +21,7 @@ fn around(set: &mut BTreeSet<usize>, n: usize) {
 }
 
 /// The boundaries of `variant` (resolved: not `Auto`) for heads of `d_head` and `d_v` in
-/// groups of `group`, with `elem_size`-byte floats, on a device with `hardware`; `mma` how the
+/// groups of `group`, with `elem_size`-byte floats, on a device with `properties`; `mma` how the
 /// tensor-core kernels run (`mma::emulation`: native, emulated with its exchange space, or not
 /// at all). `key_splits` is a forced split count (the tests'), else the device's
 /// `multiprocessors` decide.
@@ -32,10 +32,11 @@ pub(crate) fn boundaries(
     d_head: usize,
     d_v: usize,
     elem_size: usize,
-    hardware: &HardwareProperties,
+    properties: &DeviceProperties,
     mma: Option<bool>,
     key_splits: Option<usize>,
 ) -> FlashBoundaries {
+    let hardware = &properties.hardware;
     // A long call: the plans' choices that do not depend on the length.
     let sizes = |seq_q: usize, seq_k: usize| Sizes {
         batch: 1,
@@ -82,6 +83,32 @@ pub(crate) fn boundaries(
                 around(&mut keys, mma_backward::KEYS_PER_CUBE);
                 around(&mut queries, plan.block);
                 around(&mut queries, plan.stages * plan.block);
+            }
+        }
+        FlashVariant::Blocked => {
+            // The forward's cubes of rows (64 or 32 by the formula), its block of keys and
+            // stage of values; its backward is the shared one's.
+            let plans: Vec<_> = [false, true]
+                .into_iter()
+                .filter_map(|general| blocked::plan(&long, group, properties, general))
+                .collect();
+            let backward = backward_shared::plan(&long, group, elem_size, hardware);
+            fits = !plans.is_empty() && backward.is_some();
+            for plan in plans {
+                around(&mut queries, plan.rows());
+                around(&mut queries, 4);
+                around(&mut keys, blocked::BLOCK);
+                around(&mut keys, plan.v_keys);
+            }
+            for n in [1, 2, split::MAX_SPLITS] {
+                around(
+                    &mut keys,
+                    key_splits.unwrap_or(n * split::MIN_KEYS_PER_SPLIT),
+                );
+            }
+            if let Some(plan) = backward {
+                around(&mut queries, plan.rows);
+                around(&mut keys, plan.stage.unwrap_or(KEY_BLOCK));
             }
         }
         FlashVariant::Shared => {
