@@ -71,7 +71,13 @@ CALLS = {
     # register kernel and the slow twin (without its sweep), then their timings at the issue's
     # shapes beside SDPA, SDPA with bias tensors and FlexAttention.
     "3": ["tests", "attention", "torch"],
+    # The SIMT call (issue 73), once through each kit (`--backend wgpu`, then `cuda`): through
+    # wgpu the blocked kernel's tests on the GPU (its plane path: Vulkan reports subgroups), then
+    # both kits' timings of the blocked forward beside the shared kernel and SDPA.
+    "4": ["tests", "attention", "torch"],
 }
+# The test filters of call 4 (the kernels' binary alone): the blocked forward's cases and sweep.
+SIMT_FILTERS = ["flash::blocked", "flash_sweep::blocked"]
 # Issue 72's shapes for call 3: (query heads, head width, length), f16 then bf16; the decoding
 # step (one query row over `length` keys) after them. The rehearsal's are smaller.
 MMA_SHAPES = [(8, 32, 8192), (32, 64, 2048), (32, 128, 4096)]
@@ -258,6 +264,10 @@ class Kit:
         """The three test binaries at once (they share the GPU; 16 cores compile their kernels),
         each with libtest's JSON events and per-test times (`--report-time`, unstable, which a
         stable binary accepts under RUSTC_BOOTSTRAP=1), each stopped at `--test-timeout`."""
+        if self.args.call == "4" and self.args.backend != "wgpu":
+            data["skipped"] = "call 4 through CUDA: timings only (the blocked kernel's tests run through wgpu)"
+            print(data["skipped"])
+            return
         if self.args.backend != "wgpu":
             # No test binaries in the CUDA kit (the tests name wgpu, ndarray, flex); its check of
             # what only a GPU runs: the tensor-core attention (cmma) against the register
@@ -282,6 +292,10 @@ class Kit:
         running = {}
         for name, package in TESTS:
             filters = QUICK_FILTERS[name] if self.args.quick else []
+            if self.args.call == "4":
+                if name != "test-kernels":
+                    continue
+                filters = SIMT_FILTERS
             cwd = os.path.join(ROOT, package)
             cmd = [self.exe(name), "-Z", "unstable-options", "--format", "json", "--report-time"]
             log = open(os.path.join(self.logs, f"{name}.log"), "w")
@@ -362,6 +376,8 @@ class Kit:
         cases = []  # (dtype, scheme, seq, direction, variant, reps[, env]): most wanted first
         if call == "3":
             cases = self.mma_cases()
+        if call == "4":
+            cases = self.simt_cases()
         if first:
             for seq in (target, short):
                 for direction in ("forward", "backward"):
@@ -448,6 +464,22 @@ class Kit:
             for variant in ("shared", "tensor-cores"):
                 cases.append((dtype, f"{heads} kv heads", seq, "forward", variant, None,
                               {"HEADS": heads, "HEAD_DIM": width, "QUERIES": 1}))
+        return cases
+
+    def simt_cases(self):
+        """Call 4's cases (issue 73): the blocked forward (forced) at issue 72's shapes without a
+        bias, with ALiBi and with a T5 table, forward and forward plus backward (its backward is
+        the shared one's), f32 (wgpu's dtype and SDPA's memory-efficient kernel) then f16; the
+        shared kernel beside it without a bias at each shape, in the same run."""
+        shapes = MMA_QUICK_SHAPES if self.args.quick else MMA_SHAPES
+        cases = []
+        for dtype in ("f32", "f16"):
+            for heads, width, seq in shapes:
+                env = {"HEADS": heads, "HEAD_DIM": width}
+                for direction in ("forward", "backward"):
+                    cases += [(dtype, f"{heads} kv heads{bias}", seq, direction, "blocked", None, env)
+                              for bias in ("", ", alibi", ", t5")]
+                    cases.append((dtype, f"{heads} kv heads", seq, direction, "shared", None, env))
         return cases
 
     def torch(self, data):

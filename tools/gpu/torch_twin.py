@@ -15,6 +15,8 @@ f32 rows at the two main lengths first, then the halves, the long length and the
 `[1, 8, 8192, 32]`, `[1, 32, 2048, 64]` and `[1, 32, 4096, 128]`, causal, SDPA without a bias and
 with ALiBi's and T5's bias tensors, FlexAttention with ALiBi's and T5's score_mod, forward and
 forward plus backward, then a decoding step (one query row over 4096 keys, 32 heads of 128).
+`--stage 4` is the SIMT call (issue 73): the same shapes in f32 (SDPA's memory-efficient kernel)
+then f16, SDPA without a bias and with ALiBi's and T5's bias tensors.
 
 Parts (`--only` takes their names, comma-separated): `copy` (device-to-device copies, the floor
 of any elementwise op), `embedding` (token plus learned position embedding, forward and forward
@@ -394,6 +396,8 @@ class Twin:
         stage = self.args.stage
         if stage == "3":
             return self.mma_plan()
+        if stage == "4":
+            return self.simt_plan()
         return steps if stage == "all" else steps[:first] if stage == "1" else steps[first:]
 
     def mma_plan(self):
@@ -412,6 +416,20 @@ class Twin:
         heads, head_dim, seq = MMA_DECODE
         for dt in dtypes:
             steps.append((self.attention, ("sdpa none", seq, dt, "forward", heads, head_dim, 1)))
+        return steps
+
+    def simt_plan(self):
+        """`--stage 4`: the SIMT call (issue 73), f32 first (SDPA's memory-efficient kernel, the
+        blocked forward's peer through wgpu) then f16, each shape's forward before its backward,
+        SDPA without a bias and with ALiBi's and T5's bias tensors."""
+        dtypes = ["f32", "f16"] if self.cuda else ["f32"]
+        shapes = MMA_QUICK_SHAPES if self.args.quick else MMA_SHAPES
+        steps = []
+        for dt in dtypes:
+            for heads, head_dim, seq in shapes:
+                for direction in ["forward", "forward_backward"]:
+                    for name in ["sdpa none", "sdpa alibi tensor", "sdpa t5 tensor"]:
+                        steps.append((self.attention, (name, seq, dt, direction, heads, head_dim)))
         return steps
 
     def run(self):
@@ -462,10 +480,11 @@ def main():
     parser.add_argument("--out", default="-", help="JSON lines file (default: stdout)")
     parser.add_argument("--only", default="", help="comma-separated parts: copy,embedding,rope,attention")
     parser.add_argument("--quick", action="store_true", help="rehearsal sizes (the CPU)")
-    parser.add_argument("--stage", choices=["1", "2", "3", "all"], default="all",
+    parser.add_argument("--stage", choices=["1", "2", "3", "4", "all"], default="all",
                         help="the kit's calls: 1 = f32 copies, embedding, rope and attention at the "
                              "two main lengths; 2 = the halves, the long length, the small embedding; "
-                             "3 = the tensor-core call's attention shapes (issue 72)")
+                             "3 = the tensor-core call's attention shapes (issue 72); 4 = the SIMT "
+                             "call's (issue 73: f32 and f16, SDPA with and without bias tensors)")
     parser.add_argument("--launches", type=int, help="launches per sync (default 20, quick 3)")
     parser.add_argument("--repeats", type=int, help="timed repeats (default 5, quick 3)")
     parser.add_argument("--case-seconds", type=float, default=10.0,

@@ -76,7 +76,7 @@ pub fn flash_boundaries(
                 d_head,
                 d_v,
                 dtype.size(),
-                &properties,
+                properties,
                 mma,
                 super::variant::requested_key_splits(),
             )

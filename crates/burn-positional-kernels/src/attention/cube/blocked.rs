@@ -5,42 +5,59 @@
 //! kernel (`shared.rs`) keeps one query row a unit, so every score is a chain of dependent FMAs
 //! with a load of the key each.
 //!
-//! A cube is [`UNITS`] units over `tile_rows` query rows (64; 32 for values wider than 64):
-//! `span` heads of a key/value head's group times `rows = tile_rows / span` rows each (`span` > 1 only for short calls: a decoding
-//! step's rows of several heads share the stages). Unit `u` is `(ty, tx) = (u / 8, u % 8)`: it owns
-//! the tile's rows `4 ty..4 ty + 4` (one head) and, of each block of [`BLOCK`] keys, the keys
-//! `4 tx..4 tx + 4` and `32 + 4 tx..32 + 4 tx + 4` (a 4 x 8 tile of the scores); of the output
-//! the same 4 rows times the columns `4 (tx + 8 n)..4 (tx + 8 n) + 4` for each `n` (a 4 x `d_v / 8`
-//! tile). The eight units of a row group are eight consecutive units.
+//! A cube is [`UNITS`] units over `tile_rows` query rows: 64 where the values are at most 32
+//! wide, or 64 under the plain formula; else 32 (a unit's output and the general formula's row
+//! state then fit 128 registers). They are `span` heads of a key/value head's group times
+//! `rows = tile_rows / span` rows each (`span` > 1 only for calls shorter than a tile: a decoding
+//! step's rows of several heads share the stages). With `groups = UNITS / (tile_rows / 4)` (8 or
+//! 16), unit `u` is `(ty, tx) = (u / groups, u % groups)`: it owns the tile's rows
+//! `4 ty..4 ty + 4` (one head's consecutive queries) and, of each block of [`BLOCK`] keys, the
+//! vectors of 4 keys `tx + groups kq` (a 4 x 8 or 4 x 4 tile of the scores); of the output the same
+//! rows times the vectors of 4 columns `tx + groups n` (a 4 x `d_v / groups` tile). A row
+//! group's `groups` units are consecutive: within one plane.
 //!
 //! Per block of keys:
 //!
-//! 1. `S = Q Kᵀ`, in stages of `chunk` dimensions (16 or 32): the cube copies the stage's
-//!    query rows and keys into shared memory transposed (`[dimension][row]`, f32, 4 rows or keys
-//!    a vector, rows padded by one vector so the copies meet no bank conflict); each unit then
-//!    reads, per dimension, one vector of its 4 rows and two of its 8 keys (12 values: 3 loads)
-//!    for 32 multiply-adds. The query rows are read again each block (from the cache: they are
-//!    the tile's own), which keeps a cube within 32 KiB of shared memory at every width;
+//! 1. `S = Q Kᵀ`, in stages of `chunk` dimensions (16 or 32): the cube copies the stage's query
+//!    rows and keys into shared memory transposed (`[dimension][row]`, f32, 4 rows or keys a
+//!    vector, rows padded by one vector so the copies meet no bank conflict); each unit then reads,
+//!    per dimension, one vector of its 4 rows and one or two of its keys for 16 or 32
+//!    multiply-adds. The query rows are read again each block (from the cache: they are the
+//!    tile's own), which keeps a cube within 32 KiB of shared memory at every width. The copies
+//!    are loops strided by the cube's size as a run-time value, which the compiler keeps as
+//!    loops: unrolled, every address of a stage stayed in registers across the walk (NVRTC for
+//!    sm_90, f32 at width 64 under the plain formula: 196 registers unrolled, 142 as loops, 127
+//!    with the rows' divisions as shifts and the maxima through plane shuffles);
 //! 2. the score formula ([`biased_score`], and [`visible`] except on blocks every row sees
 //!    whole: the tensor-core forward's classification, [`full_block`]), in log2 units: the
 //!    `log2 e` folded in, the weights `exp2(s - m)` (one `MUFU.EX2` on CUDA, [`exp2`]);
-//! 3. each row's block maximum across its eight units through shared memory (written before the
-//!    barrier that ends the stage's reads: no barrier of its own), the rescale, the weights;
-//!    each unit's share of a row's sum stays its own until the end;
+//! 3. each row's block maximum across its row group: plane shuffles where the device has plane
+//!    operations ([`group_max`]), else shared memory written before the barrier that ends the
+//!    stage's reads (no barrier of its own); the rescale, the weights; each unit's share of a
+//!    row's sum stays its own until the end;
 //! 4. `O += P V`: the weights go to shared memory transposed (`[key][row]`, in the space of the
 //!    query and key stages, which no one reads any more), the values in stages of `v_keys` keys
-//!    (`[key][column]`); per key a unit reads one vector of its 4 weights and `d_v / 32` vectors
-//!    of values for `4 x d_v / 8` multiply-adds;
-//! 5. at the end the row sums are added across the eight units (in one order: the same on every
-//!    unit), and `O / l` and `m + ln l` written.
+//!    (`[key][column]`); per key a unit reads one vector of its 4 weights and `d_v / (4 groups)`
+//!    vectors of values for `4 d_v / groups` multiply-adds;
+//! 5. at the end each row's sum is added across its row group (in one order: the same bits on
+//!    every unit), and `O / l` and `m + ln l` written.
 //!
-//! Barriers: two a stage of `Q Kᵀ` and two a stage of `V`, the stage of the weights included (6 a
-//! block at widths up to 64 with 48 KiB of shared memory). The inner loops run 8 dimensions or
+//! Barriers: two a stage of `Q Kᵀ` and two a stage of `V`, the stage of the weights included
+//! (6 a block at width 64 with 48 KiB of shared memory). The inner loops run 4 dimensions or
 //! keys unrolled a step: small kernels for llvmpipe's LLVM, and few enough run-time iterations
 //! that its loop limit (`mma::LOOP_LIMIT`) is far away at the tests' lengths.
 //!
-//! Odd widths are padded: `d_head` to the stage (16 or 32), `d_v` to 32, with zeros.
-//! Split keys as the shared forward (`split.rs`: the same partial outputs and combine).
+//! Odd widths are padded with zeros: `d_head` to the stage (16 or 32), `d_v` to `4 groups`
+//! (32 or 64). Split keys as the shared forward (`split.rs`: the same partial outputs and
+//! combine).
+//!
+//! # On NVIDIA GPUs
+//!
+//! NVRTC's SASS for sm_90 and sm_80 (`tools/cuda/kernels.py`, its SIMT table in `docs/gpu.md`):
+//! 87 to 128 registers a unit at widths 32 to 128 (4 cubes of 128 units a multiprocessor), the
+//! inner loops 81 to 87 % FFMA with 8 to 10.7 FFMA a shared load (`LDS.128`), 36 or 20
+//! `MUFU.EX2` a block and no accurate-exp sequence; the shared kernel beside it: 128 to 255
+//! registers, 29 to 61 % FFMA, 1.1 to 8.5 FFMA a load.
 
 // Kernel code is CubeCL's Rust subset: one argument per launch value.
 #![allow(clippy::too_many_arguments)]
@@ -49,13 +66,18 @@ use cubecl::features::Plane;
 use cubecl::ir::DeviceProperties;
 use cubecl::prelude::*;
 
+use burn::tensor::Shape;
+use burn_cubecl::{ops::numeric::empty_device_dtype, tensor::CubeTensor};
+
 use super::fragment::exp2;
 use super::mma_warp::full_block;
 use super::{
-    EXPLICIT, HIDDEN, Inputs, PADDED, SEGMENTED, Scalars, UNSEEN, biased_score, head_bias,
-    key_place, key_range, query_place, visible,
+    EXPLICIT, HIDDEN, Inputs, PADDED, SEGMENTED, ScalarValues, Scalars, UNSEEN, biased_score,
+    head_bias, inputs_arg, key_place, key_range, mma, query_place, split, storage_types, visible,
 };
 use crate::attention::Sizes;
+use crate::attention::tile::TileArgs;
+use crate::attention::variant::{FlashVariant, count_launch};
 
 /// Units a cube: four planes of 32.
 pub(super) const UNITS: usize = 128;
@@ -96,7 +118,7 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
 ) {
     let (q, k, v, bias) = (&inputs.q, &inputs.k, &inputs.v, &inputs.bias);
     let (padding, positions, segments) = (&inputs.padding, &inputs.positions, &inputs.segments);
-    let chunks = comptime!(d_head.next_multiple_of(chunk) / chunk);
+    let chunks = comptime!(d_head.div_ceil(chunk));
     // Units that share a row group (consecutive units), vectors of 4 a transposed row of the
     // query stage and of the weights (one of padding).
     let groups = comptime!(UNITS / (tile_rows / 4));
@@ -104,7 +126,7 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     // A unit's vectors of keys (`4 (tx + groups kq)..`) and of output columns (`4 (tx + groups
     // n)..`), and the vectors a row of the value stage.
     let key_quads = comptime!(BLOCK / 4 / groups);
-    let out_vectors = comptime!(d_v.next_multiple_of(4 * groups) / (4 * groups));
+    let out_vectors = comptime!(d_v.div_ceil(4 * groups));
     let v_row = comptime!(d_v.next_multiple_of(4 * groups) / 4);
     let v_stages = comptime!(BLOCK / v_keys);
     let k_at = comptime!(chunk * row_stride);
@@ -562,4 +584,105 @@ pub(super) fn plan(
             planes: properties.features.plane.contains(Plane::Ops)
                 && hardware.plane_size_min as usize >= UNITS / (tile_rows / 4),
         })
+}
+
+/// The register-blocked forward's launch ([`flash_blocked_kernel`]): the inputs as
+/// [`launch`](super::launch) checked them (q, k, v, bias, padding, positions, segments), the outputs it
+/// allocated; the keys split as the shared forward splits them (`split.rs`). `false` where its
+/// plan does not fit the device (nothing launched: the caller falls back).
+pub(super) fn launch(
+    inputs: [&CubeTensor; 7],
+    output: &CubeTensor,
+    lse: &CubeTensor,
+    sizes: &Sizes,
+    args: &TileArgs,
+) -> bool {
+    let [q, _, _, _, padding, positions, segments] = inputs;
+    let client = q.client.clone();
+    let properties = client.properties();
+    let dtype = q.dtype;
+    let group = sizes.n_heads / sizes.n_kv_heads;
+    let mut values = ScalarValues::new(sizes, args, 1, positions, dtype, 0);
+    let general = mma::general(values.flags);
+    let Some(plan) = plan(sizes, group, &properties, general) else {
+        return false;
+    };
+    count_launch(FlashVariant::Blocked);
+    values.rows = plan.rows() as u32;
+    let query_tiles = sizes.seq_q.div_ceil(plan.rows());
+    let runs = group / plan.span;
+    // The grid the splits see: tiles times runs of heads (`key_splits` multiplies in the rest).
+    let splits = split::key_splits(
+        sizes,
+        query_tiles * runs,
+        args.key_splits,
+        properties.hardware.num_streaming_multiprocessors,
+    );
+    values.splits = splits as u32;
+    let u32_of = |v: usize, what: &str| {
+        u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
+    };
+    let count = CubeCount::Static(
+        u32_of(query_tiles * splits, "the query tiles times the key splits"),
+        u32_of(
+            sizes.n_kv_heads * runs,
+            "the key/value heads times their runs of heads",
+        ),
+        u32_of(sizes.batch, "batch"),
+    );
+    let (out_buffer, lse_buffer) = if splits > 1 {
+        let partial = |d: usize| {
+            empty_device_dtype(
+                client.clone(),
+                q.device.clone(),
+                Shape::new([splits * sizes.batch, sizes.n_heads, sizes.seq_q, d]),
+                dtype,
+            )
+        };
+        (partial(sizes.d_v), partial(1))
+    } else {
+        (output.clone(), lse.clone())
+    };
+    let native = mma::emulation(&properties, burn::tensor::DType::F16) == Some(false);
+    // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; q is read
+    // at rows `i < seq_q` of heads `kv_head * group + run * span + r / rows < n_heads`, columns
+    // below `d_head`; k and v at keys `j < k_hi <= seq_k` of this cube's (sequence, kv head),
+    // columns below `d_head` and `d_v`; the output and the log-sum-exp (or the splits' partial
+    // ones, `[splits * batch, ..]`) at rows `i < seq_q`, columns below `d_v`; the bias,
+    // positions, segments and padding as the other kernels read them; shared memory indices
+    // stay below the sizes the kernel declares, which the plan fitted to the device.
+    unsafe {
+        flash_blocked_kernel::launch_unchecked(
+            &client,
+            count,
+            CubeDim::new_1d(UNITS as u32),
+            inputs_arg(inputs),
+            out_buffer.clone().into_tensor_arg(),
+            lse_buffer.clone().into_tensor_arg(),
+            values.launch(),
+            u32_of(group, "the group"),
+            u32_of(plan.span, "the heads per cube"),
+            sizes.d_head,
+            sizes.d_v,
+            plan.tile_rows,
+            plan.chunk,
+            plan.v_keys,
+            general,
+            native,
+            plan.planes,
+            storage_types(dtype, positions, segments, padding),
+        )
+    }
+    if splits > 1 {
+        split::combine_splits(
+            &out_buffer,
+            &lse_buffer,
+            output,
+            lse,
+            splits,
+            sizes.d_v,
+            values.lowest,
+        );
+    }
+    true
 }

@@ -555,7 +555,7 @@ pub(crate) fn launch(
         return (output, lse);
     }
     if variant == FlashVariant::Blocked
-        && launch_blocked(
+        && blocked::launch(
             [&q, &k, &v, &bias, &padding, &positions, &segments],
             &output,
             &lse,
@@ -665,105 +665,4 @@ pub(crate) fn launch(
         );
     }
     (output, lse)
-}
-
-/// The register-blocked forward's launch ([`blocked::flash_blocked_kernel`]): the inputs as
-/// [`launch`] checked them (q, k, v, bias, padding, positions, segments), the outputs it
-/// allocated; the keys split as the shared forward splits them (`split.rs`). `false` where its
-/// plan does not fit the device (nothing launched: the caller falls back).
-fn launch_blocked(
-    inputs: [&CubeTensor; 7],
-    output: &CubeTensor,
-    lse: &CubeTensor,
-    sizes: &super::Sizes,
-    args: &TileArgs,
-) -> bool {
-    let [q, _, _, _, padding, positions, segments] = inputs;
-    let client = q.client.clone();
-    let properties = client.properties();
-    let dtype = q.dtype;
-    let group = sizes.n_heads / sizes.n_kv_heads;
-    let mut values = ScalarValues::new(sizes, args, 1, positions, dtype, 0);
-    let general = mma::general(values.flags);
-    let Some(plan) = blocked::plan(sizes, group, &properties, general) else {
-        return false;
-    };
-    count_launch(FlashVariant::Blocked);
-    values.rows = plan.rows() as u32;
-    let query_tiles = sizes.seq_q.div_ceil(plan.rows());
-    let runs = group / plan.span;
-    // The grid the splits see: tiles times runs of heads (`key_splits` multiplies in the rest).
-    let splits = split::key_splits(
-        sizes,
-        query_tiles * runs,
-        args.key_splits,
-        properties.hardware.num_streaming_multiprocessors,
-    );
-    values.splits = splits as u32;
-    let u32_of = |v: usize, what: &str| {
-        u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
-    };
-    let count = CubeCount::Static(
-        u32_of(query_tiles * splits, "the query tiles times the key splits"),
-        u32_of(
-            sizes.n_kv_heads * runs,
-            "the key/value heads times their runs of heads",
-        ),
-        u32_of(sizes.batch, "batch"),
-    );
-    let (out_buffer, lse_buffer) = if splits > 1 {
-        let partial = |d: usize| {
-            empty_device_dtype(
-                client.clone(),
-                q.device.clone(),
-                Shape::new([splits * sizes.batch, sizes.n_heads, sizes.seq_q, d]),
-                dtype,
-            )
-        };
-        (partial(sizes.d_v), partial(1))
-    } else {
-        (output.clone(), lse.clone())
-    };
-    let native = mma::emulation(&properties, burn::tensor::DType::F16) == Some(false);
-    // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted; q is read
-    // at rows `i < seq_q` of heads `kv_head * group + run * span + r / rows < n_heads`, columns
-    // below `d_head`; k and v at keys `j < k_hi <= seq_k` of this cube's (sequence, kv head),
-    // columns below `d_head` and `d_v`; the output and the log-sum-exp (or the splits' partial
-    // ones, `[splits * batch, ..]`) at rows `i < seq_q`, columns below `d_v`; the bias,
-    // positions, segments and padding as the other kernels read them; shared memory indices
-    // stay below the sizes the kernel declares, which the plan fitted to the device.
-    unsafe {
-        blocked::flash_blocked_kernel::launch_unchecked(
-            &client,
-            count,
-            CubeDim::new_1d(blocked::UNITS as u32),
-            inputs_arg(inputs),
-            out_buffer.clone().into_tensor_arg(),
-            lse_buffer.clone().into_tensor_arg(),
-            values.launch(),
-            u32_of(group, "the group"),
-            u32_of(plan.span, "the heads per cube"),
-            sizes.d_head,
-            sizes.d_v,
-            plan.tile_rows,
-            plan.chunk,
-            plan.v_keys,
-            general,
-            native,
-            plan.planes,
-            storage_types(dtype, positions, segments, padding),
-        )
-    }
-    if splits > 1 {
-        split::combine_splits(
-            &out_buffer,
-            &lse_buffer,
-            output,
-            lse,
-            splits,
-            sizes.d_v,
-            values.lowest,
-        );
-    }
-    true
 }
