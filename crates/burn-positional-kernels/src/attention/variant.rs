@@ -169,7 +169,7 @@ pub fn set_flash_variant(variant: FlashVariant) {
 
 /// The kernel the calling thread's next f32 attention on `device` runs, resolved:
 /// [`FlashVariant::Registers`], [`FlashVariant::Shared`] or a forced
-/// [`FlashVariant::TensorCores`], never `Auto` (f16 and bf16: [`flash_variant_for`]). Devices whose
+/// [`FlashVariant::TensorCores`] or [`FlashVariant::Blocked`], never `Auto` (f16 and bf16: [`flash_variant_for`]). Devices whose
 /// backend runs host code or tensor ops instead of a CubeCL kernel (flex, ndarray, a backend
 /// this crate was built without) answer [`FlashVariant::Registers`]: neither kernel runs there,
 /// and nothing GPU-shaped either. A forced [`FlashVariant::Shared`] is answered as is, though a
@@ -177,7 +177,8 @@ pub fn set_flash_variant(variant: FlashVariant) {
 ///
 /// # Panics
 ///
-/// When `BURN_POSITIONAL_FLASH` holds something else than `auto`, `registers` or `shared`.
+/// When `BURN_POSITIONAL_FLASH` holds something else than `auto`, `registers`, `shared`,
+/// `tensor-cores` or `blocked`.
 ///
 /// ```
 /// use burn::prelude::*;

@@ -513,7 +513,7 @@ mod tests {
                 (DType::F32, Shared),
             ] {
                 assert_eq!(resolve(Auto, p, dtype), auto, "{} {dtype:?}", gpu.name);
-                for forced in [Registers, Shared, TensorCores] {
+                for forced in [Registers, Shared, TensorCores, crate::FlashVariant::Blocked] {
                     assert_eq!(resolve(forced, p, dtype), forced, "{} {dtype:?}", gpu.name);
                 }
             }
@@ -555,6 +555,53 @@ mod tests {
                     gpu.name
                 );
             }
+        }
+    }
+
+    /// The blocked forward's plans on these GPUs (issue 73): 64 rows a cube under the plain
+    /// formula up to values of 64, else 32; the row statistics through plane shuffles (planes of
+    /// 32, row groups of 8 or 16); within CUDA's 48 KiB without opting in; a decoding step's
+    /// heads packed into one cube (each head's rows at least its queries, 4 at the least).
+    #[test]
+    fn blocked_plans_fit_the_gpus() {
+        use super::super::blocked::{plan, shared_bytes};
+        use crate::attention::Sizes;
+        let sizes = |heads: usize, seq_q: usize, d: usize| Sizes {
+            batch: 1,
+            n_heads: heads,
+            n_kv_heads: 1,
+            seq_q,
+            seq_k: 4096,
+            d_head: d,
+            d_v: d,
+        };
+        for gpu in [H100, A100] {
+            let p = &Target::for_tests(gpu).properties;
+            for (d, general, rows) in [
+                (32, false, 64),
+                (32, true, 64),
+                (64, false, 64),
+                (64, true, 32),
+                (128, false, 32),
+                (128, true, 32),
+            ] {
+                let plan = plan(&sizes(1, 4096, d), 1, p, general).expect("a plan");
+                assert_eq!(plan.tile_rows, rows, "{} d{d} general {general}", gpu.name);
+                assert!(plan.planes, "{}: planes of 32", gpu.name);
+                assert!(
+                    shared_bytes(plan.tile_rows, plan.chunk, plan.v_keys, d) <= 48 * 1024,
+                    "{} d{d}",
+                    gpu.name
+                );
+            }
+            // One query row of 32 heads a group: 16 heads of 4 rows a cube; of 8, 8 of 8.
+            let decode = plan(&sizes(32, 1, 64), 32, p, false).expect("a plan");
+            assert_eq!((decode.span, decode.rows()), (16, 4), "{}", gpu.name);
+            let decode = plan(&sizes(8, 1, 64), 8, p, false).expect("a plan");
+            assert_eq!((decode.span, decode.rows()), (8, 8), "{}", gpu.name);
+            // Three heads a group: one a cube (each unit's rows are one head's).
+            assert_eq!(plan(&sizes(3, 1, 64), 3, p, false).unwrap().span, 1);
+            assert_eq!(plan(&sizes(8, 4096, 64), 8, p, false).unwrap().span, 1);
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The attention as one CubeCL kernel (wgpu, CUDA): FlashAttention-2's loop with the bias and
-//! the masks computed inside it, in three variants that compute the same numbers:
+//! the masks computed inside it, in four variants that compute the same numbers:
 //!
 //! - `registers.rs`, tuned on lavapipe (the CPU-emulated Vulkan of CI): no shared memory, each
 //!   unit keeps a few query rows in registers and reads keys and values from device memory;
