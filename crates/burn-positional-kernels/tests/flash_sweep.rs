@@ -1,7 +1,8 @@
 //! Every flash kernel across the boundaries of its plan: for each variant (the register, shared,
-//! register-blocked and tensor-core kernels, and the shared forward with its keys split), head widths 32, 40,
-//! 64, 96 and 128 (the tensor cores) or one per plan (32, 40, 64 and 128 for the shared kernel
-//! and its split keys, 32, 64 and 128 for the register kernel), the key and
+//! register-blocked and tensor-core kernels, and the shared forward with its keys split), head
+//! widths 32, 40, 64, 96 and 128 (the tensor cores) or one per plan (32, 40, 64 and 128 for the
+//! shared kernel, its split keys and the blocked forward, 32, 64 and 128 for the register
+//! kernel), the key and
 //! query counts on both sides of every stage, key block, cube of
 //! rows and split the plan chose on this device (`flash_boundaries`, read from the plan code;
 //! every row count with gradients, f32, for the tensor-core kernels; f32 and the most
