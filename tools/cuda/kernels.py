@@ -425,7 +425,8 @@ def flash_gate(loop: dict | None, want: dict) -> list[str]:
 
 
 SIMT_FORWARD = "attention forward: blocked"
-SIMT_BESIDE = ("attention forward: shared",)
+SIMT_GATED = (SIMT_FORWARD, "attention backward: blocked, keys", "attention backward: blocked, queries")
+SIMT_BESIDE = ("attention forward: shared", "attention backward: shared")
 SIMT_MAX_REGISTERS = 128
 
 
@@ -457,7 +458,7 @@ def simt_loops(instructions: list) -> dict:
 
 
 def simt_gate(row: dict, loops: dict | None) -> list[str]:
-    """Issue 73's gate for the register-blocked forward: at most 128 registers a unit (4 cubes of
+    """Issue 73's gate for the register-blocked kernels: at most 128 registers a unit (4 cubes of
     128 per multiprocessor); in every inner loop of FFMA, FFMA at least 60 % of the instructions
     and at most one shared-memory load per 4 FFMA; no accurate-exp sequence in the block loop
     (spills fail every kernel already)."""
@@ -478,8 +479,8 @@ def simt_gate(row: dict, loops: dict | None) -> list[str]:
 
 
 def simt_table(rows: list[dict]) -> str:
-    """The SIMT forwards' loops (the register-blocked kernel's, gated, and the shared kernel's
-    beside it): per inner loop of FFMA its instructions, FFMA and shared loads; the block loop's
+    """The SIMT kernels' loops (the register-blocked forward and backward, gated, and the shared
+    kernels beside them): per inner loop of FFMA its instructions, FFMA and shared loads; the block loop's
     instructions (each inner loop's body counted once), barriers and MUFU.EX2."""
     head = ["kernel", "spec", "arch", "regs", "spill st/ld", "inner loops: instructions / FFMA / LDS",
             "FFMA share (least)", "FFMA a load (least)", "block loop: instructions, BAR, MUFU.EX2",
@@ -487,18 +488,18 @@ def simt_table(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         loops = r.get("simt")
-        if r["kernel"] not in (SIMT_FORWARD, *SIMT_BESIDE) or not loops or "registers" not in r:
+        if r["kernel"] not in (*SIMT_GATED, *SIMT_BESIDE) or not loops or "registers" not in r:
             continue
         inner, block = loops["inner"], loops["block"]
         share = min((l["ffma"] / l["instructions"] for l in inner), default=0)
         per_load = min((l["ffma"] / l["lds"] for l in inner if l["lds"]), default=0)
-        values = [r["kernel"].removeprefix("attention forward: "), r["spec"], f"sm_{r['arch']}", r["registers"],
+        values = [r["kernel"].removeprefix("attention "), r["spec"], f"sm_{r['arch']}", r["registers"],
                   f"{r['spill_stores']}/{r['spill_loads']}",
                   ", ".join(f"{l['instructions']}/{l['ffma']}/{l['lds']}" for l in inner) or "none",
                   f"{100 * share:.0f} %", f"{per_load:.1f}",
                   f"{block['instructions']}, {block['bar']}, {block['mufu_ex2']}" if block else "none",
                   block["accurate_exp"] if block else 0,
-                  ("FAIL" if r["failures"] else "ok") if r["kernel"] == SIMT_FORWARD else "not gated"]
+                  ("FAIL" if r["failures"] else "ok") if r["kernel"] in SIMT_GATED else "not gated"]
         lines.append("| " + " | ".join(cell(v) for v in values) + " |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
@@ -677,7 +678,7 @@ def make_row(index: int, entry: dict, program: Program, known_spills: dict | Non
         row["loop_expected"] = want
         failures.extend(flash_gate(row["loop"], want))
     row["simt"] = program.simt.get(name)
-    if entry["kernel"] == SIMT_FORWARD:
+    if entry["kernel"] in SIMT_GATED:
         failures.extend(simt_gate(row, row["simt"]))
     if entry["tensor_cores"] and not program.mma:
         failures.append("marked tensor_cores, but its SASS has no tensor-core MMA (no HMMA/HGMMA)")
@@ -840,9 +841,9 @@ def run(folder: str, jobs: int, quiet: bool = False, spills: str | None = None,
           f"(tools/cuda/selftest/fa2_probe.cu: 335 instructions, 64 HMMA, 34 MUFU.EX2, 32 LDSM, 4 SHFL, 2 BAR, "
           f"8 LDGSTS at 16 rows, 64 keys, width 64: 512 cycles a block, bound by LDSM, 128 per 1k pairs):", "",
           loop_table(rows), ""] if loop_table(rows) else []) + (
-        ["The SIMT forwards' loops (issue 73's gate on the register-blocked kernel: at most 128 registers, "
+        ["The SIMT kernels' loops (issue 73's gate on the register-blocked kernels: at most 128 registers, "
          "FFMA at least 60 % of each inner loop and at least 4 a shared load, no accurate exp; the shared "
-         "kernel beside it, not gated):", "", simt_table(rows), ""] if simt_table(rows) else []) + [
+         "kernels beside them, not gated):", "", simt_table(rows), ""] if simt_table(rows) else []) + [
         f"{len(rows)} entries, {len(programs)} programs compiled with NVRTC {nvrtc.version()} "
         f"in {elapsed:.1f} s ({jobs} jobs); {sum(1 for r in rows if r['failures'])} failed; "
         f"{known_count} spill as the known spills list (not failures).",

@@ -300,19 +300,20 @@ fn split_keys_across_their_boundaries() {
     );
 }
 
-/// The register-blocked forward (issue 73) across its boundaries: one query row over every key
-/// count (blocks of 64 keys, stages of values, splits), every row count (cubes of 64 rows at
-/// widths 32, 40 and 64, of 32 at 128; four rows a unit) and the most rows over 2,049 keys, at
-/// one width per plan (32: one stage of 32 dimensions; 40: stages of 16, values padded to 64;
-/// 64: two stages; 128: cubes of 32 rows, values in 16 units' columns). The forward only: its
-/// backward is the shared kernel's, which `shared_kernel_across_its_boundaries` sweeps.
+/// The register-blocked kernels (issue 73) across their boundaries: one query row over every
+/// key count (blocks of 64 keys, stages of values, splits), every row count with gradients (the
+/// forward's cubes of 64 rows at widths 32, 40 and 64, of 32 at 128, four rows a unit; the
+/// backward's cubes of 32 rows and of 32 keys, its blocks of 64 and stages) and the most rows
+/// over 2,049 keys, at one width per plan (32: one stage of 32 dimensions; 40: stages of 16,
+/// values padded to 64; 64: two stages; 128: cubes of 32 rows, values in 16 units' columns).
+/// Every length shares a width's kernels, so the gradients cost no compile of their own.
 #[test]
 fn blocked_kernel_across_its_boundaries() {
     sweep(
         FlashVariant::Blocked,
         None,
         &PLAN_WIDTHS,
-        &[],
+        &PLAN_WIDTHS,
         &[DType::F32],
     );
 }

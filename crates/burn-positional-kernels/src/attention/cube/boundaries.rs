@@ -7,7 +7,9 @@ use std::collections::BTreeSet;
 use cubecl::ir::DeviceProperties;
 
 use super::backward::per_unit as backward_per_unit;
-use super::{KEY_BLOCK, backward_shared, blocked, mma_backward, registers, shared, split};
+use super::{
+    KEY_BLOCK, backward_shared, blocked, blocked_backward, mma_backward, registers, shared, split,
+};
 use crate::attention::Sizes;
 use crate::attention::boundaries::{FlashBoundaries, LONG};
 use crate::attention::variant::FlashVariant;
@@ -87,13 +89,18 @@ pub(crate) fn boundaries(
         }
         FlashVariant::Blocked => {
             // The forward's cubes of rows (64 or 32 by the formula), its block of keys and
-            // stage of values; its backward is the shared one's.
+            // stage of values. Its backward: cubes of 32 rows (dQ) and of 32 keys (dK/dV),
+            // blocks of 64 keys and of 64 rows, stages of `b_rows`; the shared one's where a
+            // bias's gradient is wanted, or the heads are wider than 64.
             let plans: Vec<_> = [false, true]
                 .into_iter()
                 .filter_map(|general| blocked::plan(&long, group, properties, general))
                 .collect();
-            let backward = backward_shared::plan(&long, group, elem_size, hardware);
-            fits = !plans.is_empty() && backward.is_some();
+            let backward = blocked_backward::plan(d_head, d_v, properties);
+            let shared_backward = backward_shared::plan(&long, group, elem_size, hardware);
+            // The forward's plan decides whether the forced kernel runs (a backward that does not
+            // fit falls back to the shared or register one).
+            fits = !plans.is_empty();
             for plan in plans {
                 around(&mut queries, plan.rows());
                 around(&mut queries, 4);
@@ -107,6 +114,12 @@ pub(crate) fn boundaries(
                 );
             }
             if let Some(plan) = backward {
+                for n in [blocked_backward::ROWS, blocked::BLOCK, plan.b_rows] {
+                    around(&mut queries, n);
+                    around(&mut keys, n);
+                }
+            }
+            if let Some(plan) = shared_backward {
                 around(&mut queries, plan.rows);
                 around(&mut keys, plan.stage.unwrap_or(KEY_BLOCK));
             }

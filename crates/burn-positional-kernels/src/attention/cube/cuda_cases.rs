@@ -6,7 +6,7 @@
 //! - The tensor-core forward and backward (`mma.sync`, f32 emulated) at every width, both score
 //!   formulas.
 //! - The shared and register kernels, forced or as the fallback.
-//! - The register-blocked forward, both score formulas.
+//! - The register-blocked forward and backward, both score formulas.
 //! - The split keys' combine.
 //!
 //! Every width, dtype, group and bias-gradient size is the full matrix (`cargo run --example
@@ -18,8 +18,8 @@ use burn::tensor::DType;
 use cubecl::prelude::*;
 
 use super::{
-    InputsLaunch, KEY_BLOCK, ScalarsLaunch, backward, backward_shared, blocked, mma, mma_backward,
-    mma_backward_keys, registers, shared, split,
+    InputsLaunch, KEY_BLOCK, ScalarsLaunch, backward, backward_shared, blocked, blocked_backward,
+    mma, mma_backward, mma_backward_keys, registers, shared, split,
 };
 use crate::attention::Sizes;
 use crate::cuda_check::{Case, Target, elementwise_dim, tensor};
@@ -386,9 +386,76 @@ fn backward(
             cases.push(dq(&plan, general, 0));
         }
     }
-    // As the forward's: one specialization of the shared and register kernels for every group.
+    // As the forward's: one specialization of the shared, register and blocked kernels for every
+    // group.
     if group != GROUPS[0] {
         return;
+    }
+    // The blocked backward (no bias gradient: one slot), both score formulas where it takes them.
+    if bias_slots == BIAS_SLOTS[0] {
+        let native = mma::emulation(properties, DType::F16) == Some(false);
+        let dim = CubeDim::new_1d(blocked::UNITS as u32);
+        for general in [false, true] {
+            let Some(plan) = blocked_backward::plan(d_head, d_v, properties) else {
+                continue;
+            };
+            let scores = if general { "general" } else { "plain" };
+            let spec = name(format!(
+                "chunk {} rows {}, {scores} scores",
+                plan.chunk, plan.b_rows
+            ));
+            let keys = blocked_backward::flash_blocked_dkv_kernel::create_dummy_kernel(
+                properties.clone(),
+                target.target.clone(),
+                CubeCount::Static(1, 1, 1),
+                dim,
+                inputs(),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                scalars(),
+                d_head,
+                d_v,
+                plan.chunk,
+                plan.b_rows,
+                general,
+                native,
+                dtypes,
+            );
+            cases.push(Case::new(
+                "attention backward: blocked, keys",
+                spec.clone(),
+                false,
+                keys,
+            ));
+            let queries = blocked_backward::flash_blocked_dq_kernel::create_dummy_kernel(
+                properties.clone(),
+                target.target.clone(),
+                CubeCount::Static(1, 1, 1),
+                dim,
+                inputs(),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                tensor(4),
+                scalars(),
+                d_head,
+                d_v,
+                plan.chunk,
+                plan.b_rows,
+                general,
+                native,
+                dtypes,
+            );
+            cases.push(Case::new(
+                "attention backward: blocked, queries",
+                spec,
+                false,
+                queries,
+            ));
+        }
     }
     let shared = backward_shared::plan(&sizes, group, dtype.size(), &properties.hardware);
     let register_units = {

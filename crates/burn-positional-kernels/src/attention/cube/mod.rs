@@ -36,6 +36,7 @@ mod backward;
 mod backward_shared;
 mod backward_units;
 mod blocked;
+mod blocked_backward;
 pub(crate) mod boundaries;
 #[cfg(feature = "cuda-check")]
 pub(crate) mod cuda_cases;
