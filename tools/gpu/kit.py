@@ -467,10 +467,11 @@ class Kit:
         return cases
 
     def simt_cases(self):
-        """Call 4's cases (issue 73): the blocked forward (forced) at issue 72's shapes without a
-        bias, with ALiBi and with a T5 table, forward and forward plus backward (its backward is
-        the shared one's), f32 (wgpu's dtype and SDPA's memory-efficient kernel) then f16; the
-        shared kernel beside it without a bias at each shape, in the same run."""
+        """Call 4's cases (issue 73): the blocked kernels (forced) at issue 72's shapes without
+        a bias, with ALiBi and with a T5 table, forward and forward plus backward (the blocked
+        backward at widths up to 64 without a bias gradient, else the shared one), f32 (wgpu's
+        dtype and SDPA's memory-efficient kernel) then f16; the shared kernel beside them
+        without a bias at each shape, in the same run."""
         shapes = MMA_QUICK_SHAPES if self.args.quick else MMA_SHAPES
         cases = []
         for dtype in ("f32", "f16"):

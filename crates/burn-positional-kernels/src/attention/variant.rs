@@ -80,8 +80,11 @@ pub enum FlashVariant {
     /// shared memory as 4-wide vectors (3 loads for 32 multiply-adds in `Q Kᵀ`), the row
     /// statistics exchanged across the 8 units of a row, `exp2` with the `log2 e` folded in, the
     /// tensor-core forward's block classification, split keys for small grids, f32 sums for
-    /// every storage dtype. For wgpu GPUs (no matrix instructions in WGSL) and f32 on CUDA. Its
-    /// backward is the shared kernel's.
+    /// every storage dtype. For wgpu GPUs (no matrix instructions in WGSL) and f32 on CUDA. The
+    /// backward is FlashAttention-2's split on the same tiles (`cube/blocked_backward.rs`): dK
+    /// and dV over the query blocks of every head of the group, and dQ, each unit a 4 x 4 tile of
+    /// every product, no atomics; heads wider than 64, or a bias whose gradient is wanted, take
+    /// the shared backward.
     ///
     /// `Auto` does not pick it yet: it waits for a GPU's timings beside the shared kernel (the
     /// kit's attention rows, `docs/gpu.md`); on CPU adapters the register kernel stays faster.

@@ -548,69 +548,14 @@ pub(crate) fn launch_backward(
     // (the shared backward sums those).
     if variant == FlashVariant::Blocked
         && bias_width == 0
-        && let Some(plan) = super::blocked_backward::plan(sizes.d_head, sizes.d_v, &properties)
+        && super::blocked_backward::launch(
+            [&q, &k, &v, &bias, &padding, &positions, &segments],
+            [&delta, &lse, &grad],
+            [&dq, &dk, &dv],
+            &sizes,
+            tile,
+        )
     {
-        use super::blocked_backward::{ROWS, flash_blocked_dkv_kernel, flash_blocked_dq_kernel};
-        count_backward_launch(FlashVariant::Blocked);
-        let values = ScalarValues::new(&sizes, tile, ROWS, &positions, dtype, 0);
-        let general = super::mma::general(values.flags);
-        let native = super::mma::emulation(&properties, DType::F16) == Some(false);
-        let units = CubeDim::new_1d(super::blocked::UNITS as u32);
-        // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted (grad
-        // `[batch, n_heads, seq_q, d_v]`, lse and delta `[batch, n_heads, seq_q, 1]`). The dK/dV
-        // cubes read k and v and write dk, dv at keys `j < seq_k` of their (sequence, kv head),
-        // columns below `d_head` and `d_v`, and read q, grad, lse, delta at rows `i < q_hi <=
-        // seq_q` of the group's heads; the dQ cubes read q, grad, lse, delta and write dq at rows
-        // `i < seq_q` of their head, read k and v at keys `j < k_hi <= seq_k`; the bias,
-        // positions, segments and padding as the forward reads them; shared memory as the plan
-        // fitted it.
-        unsafe {
-            flash_blocked_dkv_kernel::launch_unchecked(
-                &client,
-                CubeCount::Static(
-                    u32_of(sizes.seq_k.div_ceil(ROWS), "the key tiles"),
-                    u32_of(sizes.n_kv_heads, "n_kv_heads"),
-                    u32_of(sizes.batch, "batch"),
-                ),
-                units,
-                inputs_arg([&q, &k, &v, &bias, &padding, &positions, &segments]),
-                contiguous(delta.clone()),
-                contiguous(lse.clone()),
-                contiguous(grad.clone()),
-                dk.clone().into_tensor_arg(),
-                dv.clone().into_tensor_arg(),
-                values.launch(),
-                sizes.d_head,
-                sizes.d_v,
-                plan.chunk,
-                plan.b_rows,
-                general,
-                native,
-                dtypes,
-            );
-            flash_blocked_dq_kernel::launch_unchecked(
-                &client,
-                CubeCount::Static(
-                    u32_of(sizes.seq_q.div_ceil(ROWS), "the query tiles"),
-                    u32_of(sizes.n_heads, "n_heads"),
-                    u32_of(sizes.batch, "batch"),
-                ),
-                units,
-                inputs_arg([&q, &k, &v, &bias, &padding, &positions, &segments]),
-                contiguous(delta),
-                contiguous(lse),
-                contiguous(grad),
-                dq.clone().into_tensor_arg(),
-                values.launch(),
-                sizes.d_head,
-                sizes.d_v,
-                plan.chunk,
-                plan.b_rows,
-                general,
-                native,
-                dtypes,
-            );
-        }
         return (dq, dk, dv, zeros_bias());
     }
 

@@ -26,6 +26,8 @@
 // Only the autodiff node calls the backward.
 #![cfg_attr(not(feature = "autodiff"), allow(dead_code))]
 
+use burn::tensor::DType;
+use burn_cubecl::{kernel::into_contiguous, tensor::CubeTensor};
 use cubecl::prelude::*;
 
 use super::backward_units::{cap_slope, query_range};
@@ -33,167 +35,16 @@ use super::blocked::{BLOCK, UNITS};
 use super::fragment::exp2;
 use super::mma_warp::full_block;
 use super::{
-    EXPLICIT, HIDDEN, Inputs, PADDED, SEGMENTED, Scalars, UNSEEN, biased_score, head_bias,
-    key_place, key_range, query_place, visible,
+    EXPLICIT, HIDDEN, Inputs, PADDED, SEGMENTED, ScalarValues, Scalars, UNSEEN, biased_score,
+    head_bias, inputs_arg, key_place, key_range, mma, query_place, storage_types, visible,
 };
+use crate::attention::Sizes;
+use crate::attention::tile::TileArgs;
+use crate::attention::variant::{FlashVariant, count_backward_launch};
 
-/// Rows (or keys) a cube.
-pub(super) const ROWS: usize = 32;
-/// Units a row group: `UNITS / (ROWS / 4)`.
-const GROUPS: usize = UNITS / (ROWS / 4);
-/// Vectors of 4 a transposed row of the cube's side: 8 and one of padding.
-const ROW_STRIDE: usize = ROWS / 4 + 1;
-/// Vectors of 4 a transposed row of a block's side: 16 and one of padding.
-const COL_STRIDE: usize = BLOCK / 4 + 1;
-/// Dimensions or rows of one unrolled step of the inner loops.
-const STEP: usize = 4;
-
-type Quad = Vector<f32, Const<4>>;
-
-/// `acc[t] += Σ_d a[a_row + 4 ty + t][d] b[b_row + c][d]` for the unit's 4 rows `t` and the
-/// block's columns `c = 4 tx + e` (component `e` of `acc[t]`): `a` has `ROWS` rows from
-/// `a_row` (zeros from row `a_valid` on), `b` [`BLOCK`] from `b_row` (zeros from `b_valid`), both
-/// `width` wide; staged in `stage` transposed, `chunk` dimensions at a time. Every unit calls it;
-/// it starts with a copy and ends with a barrier (what was written to shared memory before it is
-/// published by its first barrier).
-#[cube]
-fn product_t<F: Float>(
-    a: &Tensor<F>,
-    a_row: usize,
-    a_valid: usize,
-    b: &Tensor<F>,
-    b_row: usize,
-    b_valid: usize,
-    stage: &mut [Quad],
-    acc: &mut Array<Quad>,
-    #[comptime] width: usize,
-    #[comptime] chunk: usize,
-) {
-    let unit = UNIT_POS as usize;
-    let units = CUBE_DIM_X as usize;
-    let ty = unit / GROUPS;
-    let tx = unit % GROUPS;
-    let b_at = comptime!(chunk * ROW_STRIDE);
-    #[unroll]
-    for ci in 0..comptime!(width.div_ceil(chunk)) {
-        let d0 = ci * chunk;
-        // The block's side (64 rows) and the cube's (32): vectors of 4 rows at one dimension.
-        let mut w = unit;
-        while w < comptime!(chunk * (BLOCK / 4)) {
-            let d = w % chunk;
-            let r4 = (w / chunk) * 4;
-            let in_width = d0 + d < width;
-            let mut av = Quad::empty();
-            let mut bv = Quad::empty();
-            #[unroll]
-            for c in 0..4usize {
-                let mut x = 0.0f32;
-                if r4 < ROWS && r4 + c < a_valid && in_width {
-                    x = f32::cast_from(a[(a_row + r4 + c) * width + d0 + d]);
-                }
-                av.insert(c, x);
-                let mut y = 0.0f32;
-                if r4 + c < b_valid && in_width {
-                    y = f32::cast_from(b[(b_row + r4 + c) * width + d0 + d]);
-                }
-                bv.insert(c, y);
-            }
-            if r4 < ROWS {
-                stage[d * ROW_STRIDE + r4 / 4] = av;
-            }
-            stage[b_at + d * COL_STRIDE + r4 / 4] = bv;
-            w += units;
-        }
-        sync_cube();
-        let mut d = 0usize;
-        while d < chunk {
-            #[unroll]
-            for dd in 0..STEP {
-                let av = stage[(d + dd) * ROW_STRIDE + ty];
-                let bv = stage[b_at + (d + dd) * COL_STRIDE + tx];
-                #[unroll]
-                for t in 0..4usize {
-                    acc[t] += Quad::new(av.extract(t)) * bv;
-                }
-            }
-            d += STEP;
-        }
-        sync_cube();
-    }
-}
-
-/// `acc[t * n_out + n] += Σ_c w_s[c][4 ty + t] b[b_row + c][4 (tx + 16 n)..]` over the block's
-/// [`BLOCK`] columns `c`: `w_s` holds the weights transposed (`[c][ROW_STRIDE]`, written before
-/// the call), `b` has `width` columns, rows from `b_row` (zeros from `b_valid`), staged row by
-/// row `b_rows` at a time. Every unit calls it; it ends with a barrier.
-#[cube]
-fn product_n<F: Float>(
-    w_s: &[Quad],
-    b: &Tensor<F>,
-    b_row: usize,
-    b_valid: usize,
-    stage: &mut [Quad],
-    acc: &mut Array<Quad>,
-    #[comptime] width: usize,
-    #[comptime] b_rows: usize,
-) {
-    let unit = UNIT_POS as usize;
-    let units = CUBE_DIM_X as usize;
-    let ty = unit / GROUPS;
-    let tx = unit % GROUPS;
-    let row = comptime!(width.next_multiple_of(4 * GROUPS) / 4);
-    let n_out = comptime!(width.div_ceil(4 * GROUPS));
-    #[unroll]
-    for vs in 0..comptime!(BLOCK / b_rows) {
-        let mut w = unit;
-        while w < comptime!(b_rows * width.next_multiple_of(4 * GROUPS) / 4) {
-            let c = w / row;
-            let cv = w % row;
-            let r = vs * b_rows + c;
-            let mut quad = Quad::empty();
-            #[unroll]
-            for x in 0..4usize {
-                let col = cv * 4 + x;
-                let mut y = 0.0f32;
-                if r < b_valid && col < width {
-                    y = f32::cast_from(b[(b_row + r) * width + col]);
-                }
-                quad.insert(x, y);
-            }
-            stage[w] = quad;
-            w += units;
-        }
-        sync_cube();
-        let mut c = 0usize;
-        while c < b_rows {
-            #[unroll]
-            for cc in 0..STEP {
-                let weights = w_s[(vs * b_rows + c + cc) * ROW_STRIDE + ty];
-                #[unroll]
-                for n in 0..n_out {
-                    let values = stage[(c + cc) * row + tx + GROUPS * n];
-                    #[unroll]
-                    for t in 0..4usize {
-                        acc[t * n_out + n] += Quad::new(weights.extract(t)) * values;
-                    }
-                }
-            }
-            c += STEP;
-        }
-        sync_cube();
-    }
-}
-
-/// Clears `len` vectors.
-#[cube]
-fn zeros(#[comptime] len: usize) -> Array<Quad> {
-    let mut a = Array::<Quad>::new(len);
-    #[unroll]
-    for i in 0..len {
-        a[i] = Quad::new(0.0);
-    }
-    a
-}
+use super::blocked_tiles::{
+    COL_STRIDE, GROUPS, Quad, ROW_STRIDE, ROWS, product_n, product_t, zeros,
+};
 
 /// `dS` for one score: `raw = scale q . k`, `y` its final score (masked to [`HIDDEN`]), `dp`
 /// its `dO . v`, the row's log-sum-exp and `D`: `p (dp - D)` times the softcap's slope at `raw`,
@@ -652,4 +503,91 @@ pub(super) fn plan(
         .into_iter()
         .find(|&b_rows| shared_bytes(chunk, b_rows, d_head, d_v) <= budget)
         .map(|b_rows| BlockedBackwardPlan { chunk, b_rows })
+}
+
+/// The backward's launch: the dK/dV kernel, then the dQ kernel, with the inputs as the
+/// backward's launch checked them (q, k, v, bias, padding, positions, segments), `D =
+/// rowsum(dO O)` in f32, the forward's log-sum-exp and the output's gradient, into `dq`, `dk`,
+/// `dv` (allocated by the caller). `false` where the plan does not fit (nothing launched: the
+/// caller falls back to the shared backward).
+pub(super) fn launch(
+    inputs: [&CubeTensor; 7],
+    [delta, lse, grad]: [&CubeTensor; 3],
+    [dq, dk, dv]: [&CubeTensor; 3],
+    sizes: &Sizes,
+    tile: &TileArgs,
+) -> bool {
+    let [q, _, _, _, padding, positions, segments] = inputs;
+    let client = q.client.clone();
+    let properties = client.properties();
+    let dtype = q.dtype;
+    let Some(plan) = plan(sizes.d_head, sizes.d_v, &properties) else {
+        return false;
+    };
+    count_backward_launch(FlashVariant::Blocked);
+    let dtypes = storage_types(dtype, positions, segments, padding);
+    let u32_of = |v: usize, what: &str| {
+        u32::try_from(v).unwrap_or_else(|_| panic!("tiled_attention: {what} = {v} exceeds u32"))
+    };
+    let contiguous = |t: &CubeTensor| into_contiguous(t.clone()).into_tensor_arg();
+    let values = ScalarValues::new(sizes, tile, ROWS, positions, dtype, 0);
+    let general = mma::general(values.flags);
+    let native = mma::emulation(&properties, DType::F16) == Some(false);
+    let units = CubeDim::new_1d(UNITS as u32);
+    // SAFETY: the inputs are made contiguous with the shapes `check_sizes` accepted (grad
+    // `[batch, n_heads, seq_q, d_v]`, lse and delta `[batch, n_heads, seq_q, 1]`). The dK/dV
+    // cubes read k and v and write dk, dv at keys `j < seq_k` of their (sequence, kv head),
+    // columns below `d_head` and `d_v`, and read q, grad, lse, delta at rows `i < q_hi <=
+    // seq_q` of the group's heads; the dQ cubes read q, grad, lse, delta and write dq at rows
+    // `i < seq_q` of their head, read k and v at keys `j < k_hi <= seq_k`; the bias,
+    // positions, segments and padding as the forward reads them; shared memory as the plan
+    // fitted it.
+    unsafe {
+        flash_blocked_dkv_kernel::launch_unchecked(
+            &client,
+            CubeCount::Static(
+                u32_of(sizes.seq_k.div_ceil(ROWS), "the key tiles"),
+                u32_of(sizes.n_kv_heads, "n_kv_heads"),
+                u32_of(sizes.batch, "batch"),
+            ),
+            units,
+            inputs_arg(inputs),
+            contiguous(delta),
+            contiguous(lse),
+            contiguous(grad),
+            dk.clone().into_tensor_arg(),
+            dv.clone().into_tensor_arg(),
+            values.launch(),
+            sizes.d_head,
+            sizes.d_v,
+            plan.chunk,
+            plan.b_rows,
+            general,
+            native,
+            dtypes,
+        );
+        flash_blocked_dq_kernel::launch_unchecked(
+            &client,
+            CubeCount::Static(
+                u32_of(sizes.seq_q.div_ceil(ROWS), "the query tiles"),
+                u32_of(sizes.n_heads, "n_heads"),
+                u32_of(sizes.batch, "batch"),
+            ),
+            units,
+            inputs_arg(inputs),
+            contiguous(delta),
+            contiguous(lse),
+            contiguous(grad),
+            dq.clone().into_tensor_arg(),
+            values.launch(),
+            sizes.d_head,
+            sizes.d_v,
+            plan.chunk,
+            plan.b_rows,
+            general,
+            native,
+            dtypes,
+        );
+    }
+    true
 }

@@ -8,7 +8,8 @@ use cubecl::ir::DeviceProperties;
 
 use super::backward::per_unit as backward_per_unit;
 use super::{
-    KEY_BLOCK, backward_shared, blocked, blocked_backward, mma_backward, registers, shared, split,
+    KEY_BLOCK, backward_shared, blocked, blocked_backward, blocked_tiles, mma_backward, registers,
+    shared, split,
 };
 use crate::attention::Sizes;
 use crate::attention::boundaries::{FlashBoundaries, LONG};
@@ -114,7 +115,7 @@ pub(crate) fn boundaries(
                 );
             }
             if let Some(plan) = backward {
-                for n in [blocked_backward::ROWS, blocked::BLOCK, plan.b_rows] {
+                for n in [blocked_tiles::ROWS, blocked::BLOCK, plan.b_rows] {
                     around(&mut queries, n);
                     around(&mut keys, n);
                 }

@@ -7,7 +7,8 @@
 //!   all the units of a cube, one or two query rows per unit, cubes of whole planes;
 //! - `blocked.rs`, the forward on a GPU's FMA units register-blocked as an SGEMM: each unit a
 //!   4 x 8 tile of the scores and a 4-row tile of the output, its operands read from shared
-//!   memory as 4-wide vectors (its backward is the shared kernel's);
+//!   memory as 4-wide vectors; `blocked_backward.rs` its backward (dQ; dK and dV) on the
+//!   same tiles;
 //! - `mma.rs` (the forward) and `mma_backward.rs` (the backward), for f16 and bf16 on NVIDIA's
 //!   tensor cores: FlashAttention-2 on `mma.sync` with its fragments in registers
 //!   (`fragment/`; what both do per warp `mma_warp.rs`, their staging `mma_stage.rs`),
@@ -37,6 +38,7 @@ mod backward_shared;
 mod backward_units;
 mod blocked;
 mod blocked_backward;
+mod blocked_tiles;
 pub(crate) mod boundaries;
 #[cfg(feature = "cuda-check")]
 pub(crate) mod cuda_cases;
