@@ -74,11 +74,12 @@ pub enum FlashVariant {
     ///
     /// `Auto` picks it for f16 and bf16 on a GPU with `mma.sync` for the dtype (see there).
     TensorCores,
-    /// The forward on the FMA units, register-blocked as an SGEMM (issue 73, `cube/blocked.rs`):
-    /// cubes of 128 units over 64 query rows, each unit a 4 x 8 tile of the scores and a
-    /// 4 x `d_v / 8` tile of the output in registers, queries, keys, weights and values read from
-    /// shared memory as 4-wide vectors (3 loads for 32 multiply-adds in `Q Kᵀ`), the row
-    /// statistics exchanged across the 8 units of a row, `exp2` with the `log2 e` folded in, the
+    /// FlashAttention-2 on the FMA units, register-blocked as an SGEMM (issue 73,
+    /// `cube/blocked.rs`): cubes of 128 units over 64 query rows (32 where the values are wider
+    /// than 64, or under a bias, a softcap, explicit positions, segments or padding), each unit a
+    /// 4 x 8 (or 4 x 4) tile of the scores and 4 rows of the output in registers, queries, keys,
+    /// weights and values read from shared memory as 4-wide vectors (3 loads for 32
+    /// multiply-adds in `Q Kᵀ`), the row statistics exchanged across the 8 or 16 units of a row, `exp2` with the `log2 e` folded in, the
     /// tensor-core forward's block classification, split keys for small grids, f32 sums for
     /// every storage dtype. For wgpu GPUs (no matrix instructions in WGSL) and f32 on CUDA. The
     /// backward is FlashAttention-2's split on the same tiles (`cube/blocked_backward.rs`): dK
@@ -172,10 +173,10 @@ pub fn set_flash_variant(variant: FlashVariant) {
 
 /// The kernel the calling thread's next f32 attention on `device` runs, resolved:
 /// [`FlashVariant::Registers`], [`FlashVariant::Shared`] or a forced
-/// [`FlashVariant::TensorCores`] or [`FlashVariant::Blocked`], never `Auto` (f16 and bf16: [`flash_variant_for`]). Devices whose
-/// backend runs host code or tensor ops instead of a CubeCL kernel (flex, ndarray, a backend
-/// this crate was built without) answer [`FlashVariant::Registers`]: neither kernel runs there,
-/// and nothing GPU-shaped either. A forced [`FlashVariant::Shared`] is answered as is, though a
+/// [`FlashVariant::TensorCores`] or [`FlashVariant::Blocked`], never `Auto` (f16 and bf16:
+/// [`flash_variant_for`]). Devices whose backend runs host code or tensor ops instead of a
+/// CubeCL kernel (flex, ndarray, a backend this crate was built without) answer
+/// [`FlashVariant::Registers`]: no kernel runs there, and nothing GPU-shaped either. A forced [`FlashVariant::Shared`] is answered as is, though a
 /// head too wide for the device's shared memory would still fall back at launch.
 ///
 /// # Panics
