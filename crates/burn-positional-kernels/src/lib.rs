@@ -66,8 +66,9 @@ pub use attention::{
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use attention::{
-    flash_attention_backward_calls, flash_attention_calls, flash_variant_backward_launches,
-    flash_variant_launches, set_thread_flash_key_splits, set_thread_flash_variant,
+    flash_attention_backward_calls, flash_attention_calls, flash_blocked_plane_launches,
+    flash_variant_backward_launches, flash_variant_launches, set_flash_planes_forced,
+    set_thread_flash_key_splits, set_thread_flash_variant,
 };
 #[cfg(feature = "testing")]
 #[doc(hidden)]

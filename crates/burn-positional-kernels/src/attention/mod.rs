@@ -51,8 +51,8 @@ pub use variant::{
 };
 #[cfg(feature = "testing")]
 pub use variant::{
-    flash_variant_backward_launches, flash_variant_launches, set_thread_flash_key_splits,
-    set_thread_flash_variant,
+    flash_blocked_plane_launches, flash_variant_backward_launches, flash_variant_launches,
+    set_flash_planes_forced, set_thread_flash_key_splits, set_thread_flash_variant,
 };
 
 use burn::tensor::{Bool, Int, Tensor};

@@ -12,7 +12,7 @@
 //! on whatever thread it runs.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use burn::tensor::Device;
 
@@ -229,6 +229,27 @@ pub fn set_thread_flash_variant(variant: Option<FlashVariant>) {
     THREAD.with(|cell| cell.set(variant));
 }
 
+/// Whether the register-blocked forward treats every device as having plane operations
+/// ([`set_flash_planes_forced`]).
+static PLANES_FORCED: AtomicBool = AtomicBool::new(false);
+
+/// Makes the register-blocked forward ([`FlashVariant::Blocked`]) combine its row statistics by
+/// plane shuffles on every device, at the device's smallest plane width, also where CubeCL
+/// reports no plane operations: it reports none on CPU adapters, whose drivers may still run
+/// subgroups (lavapipe: 8 units, or 4 with `LP_NATIVE_VECTOR_WIDTH=128`). For tests of that path
+/// on lavapipe, process-wide (a fused op may launch on another thread); on a device whose driver
+/// has no subgroups the kernel's compilation fails.
+#[cfg(feature = "testing")]
+pub fn set_flash_planes_forced(on: bool) {
+    PLANES_FORCED.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`set_flash_planes_forced`] is on (never without the `testing` feature).
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+pub(crate) fn planes_forced() -> bool {
+    PLANES_FORCED.load(Ordering::Relaxed)
+}
+
 /// Sets (`Some`) or clears (`None`) how many runs the shared-memory forward splits each
 /// tile's keys into for the calling thread's attention calls (normally chosen by the grid
 /// size and the device): tests of the split path on small cases.
@@ -357,6 +378,38 @@ pub(crate) fn count_launch(variant: FlashVariant) {
     }
     #[cfg(not(feature = "testing"))]
     let _ = variant;
+}
+
+/// Launches of the register-blocked forward by how its row statistics were combined: `[whole]`
+/// (the plane shuffles reached the whole row group, or only part of it and shared memory the
+/// rest) times the log2 of the units the shuffles combined (1 to 16: 0 to 4).
+#[cfg(feature = "testing")]
+static PLANE_LAUNCHES: [[std::sync::atomic::AtomicU64; 5]; 2] =
+    [const { [const { std::sync::atomic::AtomicU64::new(0) }; 5] }; 2];
+
+/// Counts one launch of the register-blocked forward whose shuffles combine `plane_width`
+/// units (1: shared memory alone) of row groups of `groups`.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) fn count_plane_launch(plane_width: usize, groups: usize) {
+    #[cfg(feature = "testing")]
+    PLANE_LAUNCHES[usize::from(plane_width == groups)][plane_width.trailing_zeros() as usize]
+        .fetch_add(1, Ordering::Relaxed);
+    #[cfg(not(feature = "testing"))]
+    let _ = (plane_width, groups);
+}
+
+/// How many launches of the register-blocked forward this process made whose plane shuffles
+/// combined `plane_width` units (a power of two up to 16; 1: shared memory alone) of each row
+/// group, `whole` where that was the whole row group (else shared memory combined the planes'
+/// partials). Only with the `testing` feature.
+#[cfg(feature = "testing")]
+pub fn flash_blocked_plane_launches(plane_width: usize, whole: bool) -> u64 {
+    assert!(
+        plane_width.is_power_of_two() && plane_width <= 16,
+        "flash_blocked_plane_launches: plane_width = {plane_width}, expected 1, 2, 4, 8 or 16"
+    );
+    PLANE_LAUNCHES[usize::from(whole)][plane_width.trailing_zeros() as usize]
+        .load(Ordering::Relaxed)
 }
 
 /// Counts one launch of `variant`'s backward kernel (resolved: never `Auto`).

@@ -31,10 +31,11 @@
 //! 2. the score formula ([`biased_score`], and [`visible`] except on blocks every row sees
 //!    whole: the tensor-core forward's classification, [`full_block`]), in log2 units: the
 //!    `log2 e` folded in, the weights `exp2(s - m)` (one `MUFU.EX2` on CUDA, [`exp2`]);
-//! 3. each row's block maximum across its row group: plane shuffles where the device has plane
-//!    operations ([`group_max`]), else shared memory written before the barrier that ends the
-//!    stage's reads (no barrier of its own); the rescale, the weights; each unit's share of a
-//!    row's sum stays its own until the end;
+//! 3. each row's block maximum across its row group: plane shuffles where the device's planes
+//!    hold a row group ([`group_max`]), else shared memory written before the barrier that ends
+//!    the stage's reads (no barrier of its own), each plane's share of a group combined by
+//!    shuffles first where the device has narrower planes ([`BlockedPlan::plane_width`]); the
+//!    rescale, the weights; each unit's share of a row's sum stays its own until the end;
 //! 4. `O += P V`: the weights go to shared memory transposed (`[key][row]`, in the space of the
 //!    query and key stages, which no one reads any more), the values in stages of `v_keys` keys
 //!    (`[key][column]`); per key a unit reads one vector of its 4 weights and `d_v / (4 groups)`
@@ -79,7 +80,7 @@ use super::{
 };
 use crate::attention::Sizes;
 use crate::attention::tile::TileArgs;
-use crate::attention::variant::{FlashVariant, count_launch};
+use crate::attention::variant::{FlashVariant, count_launch, count_plane_launch};
 
 /// Units a cube: four planes of 32.
 pub(super) const UNITS: usize = 128;
@@ -115,7 +116,7 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     #[comptime] v_keys: usize,
     #[comptime] general: bool,
     #[comptime] native: bool,
-    #[comptime] planes: bool,
+    #[comptime] plane_width: usize,
     #[define(F, C, I, J, P)] _dtypes: [ElemType; 5],
 ) {
     let (q, k, v, bias) = (&inputs.q, &inputs.k, &inputs.v, &inputs.bias);
@@ -167,8 +168,12 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     let qk_len = comptime!((chunk * (row_stride + KEY_STRIDE)).max(BLOCK * row_stride));
     let mut qk_s = Shared::<[Quad]>::new_aligned_slice(qk_len, 16usize);
     let mut v_s = Shared::<[Quad]>::new_aligned_slice(comptime!(v_keys * v_row), 16usize);
-    let mut red_s =
-        Shared::<[Quad]>::new_aligned_slice(comptime!(if planes { 1 } else { UNITS }), 16usize);
+    // Row groups wider than the shuffles reach exchange their planes' partials here.
+    let whole_planes = comptime!(plane_width == groups);
+    let mut red_s = Shared::<[Quad]>::new_aligned_slice(
+        comptime!(if whole_planes { 1 } else { UNITS }),
+        16usize,
+    );
     let meta = comptime!(if general { BLOCK } else { 1 });
     let mut kp_s = Shared::<[i32]>::new_slice(meta);
     let mut seen_s = Shared::<[u32]>::new_slice(meta);
@@ -325,7 +330,15 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
             }
             part_max.insert(t, row_max);
         }
-        if comptime!(!planes) {
+        if comptime!(!whole_planes) {
+            // Each plane's share of its row groups first (nothing where the planes are narrower
+            // than 2 or the device has no plane operations), then shared memory.
+            if comptime!(plane_width > 1) {
+                #[unroll]
+                for t in 0..4usize {
+                    part_max.insert(t, group_max(part_max.extract(t), plane_width));
+                }
+            }
             red_s[unit] = part_max;
         }
         // The stages' reads end; the maxima are out.
@@ -335,12 +348,12 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
         #[unroll]
         for t in 0..4usize {
             let mut block_max = f32::new(HIDDEN);
-            if comptime!(planes) {
+            if comptime!(whole_planes) {
                 block_max = group_max(part_max.extract(t), groups);
             } else {
                 #[unroll]
-                for x in 0..groups {
-                    block_max = max(block_max, red_s[ty * groups + x].extract(t));
+                for x in 0..comptime!(groups / plane_width) {
+                    block_max = max(block_max, red_s[ty * groups + x * plane_width].extract(t));
                 }
             }
             let m_new = max(m[t], block_max);
@@ -433,12 +446,16 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     }
 
     // 5. Each row's sum over its row group's units, in one order.
-    let mut part_sum = Quad::empty();
-    #[unroll]
-    for t in 0..4usize {
-        part_sum.insert(t, l[t]);
-    }
-    if comptime!(!planes) {
+    if comptime!(!whole_planes) {
+        let mut part_sum = Quad::empty();
+        #[unroll]
+        for t in 0..4usize {
+            let mut share = l[t];
+            if comptime!(plane_width > 1) {
+                share = group_sum(share, plane_width);
+            }
+            part_sum.insert(t, share);
+        }
         red_s[unit] = part_sum;
         sync_cube();
     }
@@ -448,12 +465,12 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     #[unroll]
     for t in 0..4usize {
         let mut sum = 0.0f32;
-        if comptime!(planes) {
+        if comptime!(whole_planes) {
             sum = group_sum(l[t], groups);
         } else {
             #[unroll]
-            for x in 0..groups {
-                sum += red_s[ty * groups + x].extract(t);
+            for x in 0..comptime!(groups / plane_width) {
+                sum += red_s[ty * groups + x * plane_width].extract(t);
             }
         }
         let i = i0 + t;
@@ -483,8 +500,8 @@ pub(super) fn flash_blocked_kernel<F: Float, C: Float, I: Int, J: Int, P: Numeri
     }
 }
 
-/// The largest `x` of this unit's row group (`groups` consecutive units of one plane, a power
-/// of two): a butterfly of plane shuffles, the same on every unit of the group.
+/// The largest `x` of the `groups` consecutive units (a power of two, aligned to it, within one
+/// plane) this unit is one of: a butterfly of plane shuffles, the same on every unit of them.
 #[cube]
 fn group_max(x: f32, #[comptime] groups: usize) -> f32 {
     let mut m = x;
@@ -495,8 +512,9 @@ fn group_max(x: f32, #[comptime] groups: usize) -> f32 {
     m
 }
 
-/// The sum of `x` over this unit's row group, as [`group_max`]: each step adds two partial
-/// sums, whose order does not change an f32 sum, so every unit of the group gets the same bits.
+/// The sum of `x` over the `groups` consecutive units this unit is one of, as [`group_max`]:
+/// each step adds two partial sums, whose order does not change an f32 sum, so every unit of
+/// them gets the same bits.
 #[cube]
 fn group_sum(x: f32, #[comptime] groups: usize) -> f32 {
     let mut s = x;
@@ -517,9 +535,12 @@ pub(super) struct BlockedPlan {
     pub tile_rows: usize,
     pub chunk: usize,
     pub v_keys: usize,
-    /// The row statistics through plane shuffles ([`group_max`], [`group_sum`]) rather than
-    /// shared memory: where the device has plane operations on planes of at least a row group.
-    pub planes: bool,
+    /// How many consecutive units of a row group combine its statistics by plane shuffles
+    /// ([`group_max`], [`group_sum`]) before shared memory combines those partials: the row
+    /// group whole where the device's planes hold one (NVIDIA's 32, AMD's 32 or 64, Apple's 32:
+    /// no shared memory), the device's smallest plane where it is narrower (an Intel GPU's 8,
+    /// lavapipe's 8 or 4), 1 where the device has no plane operations (shared memory alone).
+    pub plane_width: usize,
 }
 
 impl BlockedPlan {
@@ -583,9 +604,23 @@ pub(super) fn plan(
             tile_rows,
             chunk,
             v_keys,
-            planes: properties.features.plane.contains(Plane::Ops)
-                && hardware.plane_size_min as usize >= UNITS / (tile_rows / 4),
+            plane_width: plane_width(properties, UNITS / (tile_rows / 4)),
         })
+}
+
+/// The units of a row group of `groups` (a power of two) whose statistics plane shuffles combine
+/// ([`BlockedPlan::plane_width`]): the device's smallest plane, a power of two, up to the group;
+/// 1 without plane operations. CubeCL reports none on CPU adapters, whose drivers may still run
+/// subgroups (lavapipe's of 8 or 4 units): tests turn them on there
+/// (`set_flash_planes_forced`, with the `testing` feature) to run this path on CI.
+fn plane_width(properties: &DeviceProperties, groups: usize) -> usize {
+    let smallest = properties.hardware.plane_size_min as usize;
+    let planes = properties.features.plane.contains(Plane::Ops)
+        || crate::attention::variant::planes_forced();
+    if !planes || smallest < 2 {
+        return 1;
+    }
+    groups.min(1 << smallest.ilog2())
 }
 
 /// The register-blocked forward's launch ([`flash_blocked_kernel`]): the inputs as
@@ -610,6 +645,7 @@ pub(super) fn launch(
         return false;
     };
     count_launch(FlashVariant::Blocked);
+    count_plane_launch(plan.plane_width, UNITS / (plan.tile_rows / 4));
     values.rows = plan.rows() as u32;
     let query_tiles = sizes.seq_q.div_ceil(plan.rows());
     let runs = group / plan.span;
@@ -671,7 +707,7 @@ pub(super) fn launch(
             plan.v_keys,
             general,
             native,
-            plan.planes,
+            plan.plane_width,
             storage_types(dtype, positions, segments, padding),
         )
     }

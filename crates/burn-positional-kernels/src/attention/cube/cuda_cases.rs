@@ -200,7 +200,7 @@ fn forward(
                 plan.v_keys,
                 general,
                 native,
-                plan.planes,
+                plan.plane_width,
                 dtypes,
             );
             cases.push(Case::new(
@@ -654,7 +654,8 @@ mod tests {
             ] {
                 let plan = plan(&sizes(1, 4096, d), 1, p, general).expect("a plan");
                 assert_eq!(plan.tile_rows, rows, "{} d{d} general {general}", gpu.name);
-                assert!(plan.planes, "{}: planes of 32", gpu.name);
+                let groups = 128 / (plan.tile_rows / 4);
+                assert_eq!(plan.plane_width, groups, "{}: planes of 32", gpu.name);
                 assert!(
                     shared_bytes(plan.tile_rows, plan.chunk, plan.v_keys, d) <= 48 * 1024,
                     "{} d{d}",
