@@ -36,7 +36,10 @@ pub enum FlashVariant {
     /// otherwise [`FlashVariant::Shared`] (f32 everywhere, and every dtype on wgpu, which has no
     /// `mma.sync`).
     ///
-    /// Why: on an H200 through CUDA (`docs/gpu.md`, 2026-11-28) the shared forward took 3.8 ms
+    /// Why: on lavapipe the register kernel is faster than the blocked and the shared ones (the
+    /// op alone, causal, f32, `[1, 8, 2048, 32]`: the blocked forward took 1.9x its time, the
+    /// shared one 6.9x; `docs/attention.md`). On an H200 through CUDA (`docs/gpu.md`,
+    /// 2026-11-28) the shared forward took 3.8 ms
     /// where the WMMA kernel of then took 9.4 ms (f16, causal, `[1, 8, 8192, 32]`), 19x PyTorch's
     /// FlashAttention-2. Its successor on `mma.sync` (issue 72) has FlashAttention-2's inner loop
     /// instruction for instruction in NVRTC's SASS (the tensor-core products, one `MUFU.EX2` a
@@ -87,8 +90,11 @@ pub enum FlashVariant {
     /// every product, no atomics; heads wider than 64, or a bias whose gradient is wanted, take
     /// the shared backward.
     ///
-    /// `Auto` does not pick it yet: it waits for a GPU's timings beside the shared kernel (the
-    /// kit's attention rows, `docs/gpu.md`); on CPU adapters the register kernel stays faster.
+    /// `Auto` does not pick it on a GPU yet: it waits for a GPU's timings beside the shared
+    /// kernel (the GPU kit's call 4, `docs/gpu.md`). On a CPU adapter the register kernel stays
+    /// `Auto`'s, by measurement: on lavapipe (causal, f32, `[1, 8, 2048, 32]`, the op alone)
+    /// the blocked forward took 1.9x the register kernel's time and forward + backward 3.3x,
+    /// where the shared forward took 6.9x (`docs/attention.md`, "Which one runs").
     Blocked,
 }
 
