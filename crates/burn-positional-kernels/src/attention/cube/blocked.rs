@@ -16,6 +16,11 @@
 //! rows times the vectors of 4 columns `tx + groups n` (a 4 x `d_v / groups` tile). A row
 //! group's `groups` units are consecutive: within one plane.
 //!
+//! Past 700 lines for one reason to change: the forward's register tiles. The kernel, its plan
+//! (which sizes the tiles, stages and row groups the kernel indexes by) and its launch (which
+//! passes that plan) change together whenever the tiles do; the row-group reductions are the
+//! kernel's own few lines.
+//!
 //! Per block of keys:
 //!
 //! 1. `S = Q Kᵀ`, in stages of `chunk` dimensions (16 or 32): the cube copies the stage's query
